@@ -1,0 +1,38 @@
+"""tensorgauge: measure and explain how a TensorFlow/Keras job uses CPU, memory and GPU.
+
+In a job (works with or without ``tensorgauge run``; silent without a monitor)::
+
+    import tensorgauge
+    with tensorgauge.phase("augment"):
+        ...
+    for batch in data:
+        train_step(batch)
+        tensorgauge.step()
+
+    with tensorgauge.monitor(name="notebook"):   # record in-process, no CLI
+        model.fit(...)
+
+Importing this package is cheap and imports neither TensorFlow nor psutil.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["phase", "step", "monitor", "keras", "__version__"]
+
+
+def __getattr__(name):
+    if name in ("phase", "step"):
+        from tensorgauge import api
+
+        return getattr(api, name)
+    if name == "monitor":
+        from tensorgauge.inprocess import monitor
+
+        return monitor
+    if name == "keras":
+        import importlib
+
+        return importlib.import_module("tensorgauge.keras")
+    raise AttributeError(f"module 'tensorgauge' has no attribute {name!r}")

@@ -1,0 +1,5 @@
+import sys
+
+from tensorgauge.cli import main
+
+sys.exit(main())

@@ -1,0 +1,74 @@
+"""A short plain-words account of where time, CPU and memory went."""
+
+from __future__ import annotations
+
+from tensorgauge.analyse.phases import top_level
+from tensorgauge.model import Phase, Summary
+from tensorgauge.units import format_bytes, format_seconds, format_share
+
+
+def _kind_totals(phases: list[Phase], kind: str) -> tuple[float, float, int]:
+    """(wall, CPU-s, count) of the top-most phases of ``kind`` (not counted twice when nested)."""
+    wall = cpu = 0.0
+    count = 0
+    for phase in phases:
+        if phase.kind != kind:
+            continue
+        parent = phases[phase.parent] if phase.parent is not None else None
+        if parent is not None and parent.kind == kind:
+            continue
+        wall += phase.wall_seconds
+        cpu += phase.cpu_seconds
+        count += 1
+    return wall, cpu, count
+
+
+def account(phases: list[Phase], summary: Summary, wall_seconds: float, cores_allowed: float | None) -> list[str]:
+    """Sentences, most telling first."""
+    lines: list[str] = []
+    if wall_seconds <= 0:
+        return lines
+    cores_note = f" of {cores_allowed:g} allowed" if cores_allowed else ""
+    lines.append(f"The job ran {format_seconds(wall_seconds)} and used {summary.cpu_seconds:.2f} CPU-seconds: "
+                 f"{summary.cores_busy_mean:.2f} cores busy on average{cores_note}, "
+                 f"peak {summary.cores_busy_peak:.2f}; memory (RSS) peaked at {format_bytes(summary.rss_peak_bytes)}.")
+    if not phases:
+        lines.append("No TensorFlow phases were seen (the job did not import TensorFlow, or ran with --no-hook).")
+        return lines
+
+    by_kind = []
+    for kind in ("import", "fit", "evaluate", "predict", "save", "load", "custom"):
+        wall, cpu, count = _kind_totals(phases, kind)
+        if count:
+            by_kind.append((kind, wall, cpu, count))
+    biggest = max(by_kind, key=lambda k: k[1])
+    kind, wall, cpu, count = biggest
+    lines.append(f"Most of the time went to {kind} ({format_seconds(wall)}, {format_share(wall, wall_seconds)} "
+                 f"of the run, {cpu:.2f} CPU-s).")
+    import_wall = next((k[1] for k in by_kind if k[0] == "import"), 0.0)
+    fit_wall = next((k[1] for k in by_kind if k[0] == "fit"), 0.0)
+    if import_wall and fit_wall and import_wall > fit_wall:
+        lines.append(f"Importing TensorFlow ({format_seconds(import_wall)}) took longer than training "
+                     f"({format_seconds(fit_wall)}): for short jobs start-up dominates.")
+
+    busy = [(k, cpu / wall) for k, wall, cpu, _ in by_kind if wall > 0.05]
+    if len(busy) >= 2:
+        hi = max(busy, key=lambda k: k[1])
+        lo = min(busy, key=lambda k: k[1])
+        if hi[1] > 1.5 * lo[1] and hi[1] - lo[1] > 0.25:
+            lines.append(f"CPU use follows the phase: {hi[0]} kept {hi[1]:.2f} cores busy, {lo[0]} only "
+                         f"{lo[1]:.2f}. A drop after saving is the job moving to lighter work, not the save.")
+
+    peak = max(phases, key=lambda p: p.rss_peak_bytes)
+    lines.append(f"Memory peaked during '{peak.name}' at {format_bytes(peak.rss_peak_bytes)}.")
+
+    outside_wall = wall_seconds - sum(p.wall_seconds for p in top_level(phases) if p.pid == phases[0].pid)
+    outside_cpu = summary.cpu_seconds - sum(p.cpu_seconds for p in top_level(phases))
+    if outside_wall > 0.1 * wall_seconds:
+        lines.append(f"{format_seconds(outside_wall)} ({format_share(outside_wall, wall_seconds)}) and "
+                     f"{max(outside_cpu, 0.0):.2f} CPU-s were outside any phase: the interpreter's start, "
+                     "other imports and your own code between TensorFlow calls.")
+    incomplete = [p for p in phases if not p.complete]
+    if incomplete:
+        lines.append(f"The job ended inside '{incomplete[-1].name}': its figures run to the job's end.")
+    return lines

@@ -1,0 +1,209 @@
+"""The ``tensorgauge`` command: parses arguments and calls the library.
+
+``main(argv) -> int``. Problems the user can fix print one line on stderr and
+exit 2; ``run`` exits with the job's own exit code (128+N for signal N).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+from tensorgauge import __version__
+from tensorgauge.errors import TensorgaugeError
+
+PROG = "tensorgauge"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not argparse's usage block
+        raise TensorgaugeError(f"{message} (see '{self.prog} --help')")
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    # Piped output has no width: rich's default of 80 columns would fold the phase table.
+    width = None if stream.isatty() else 132
+    return Console(stderr=stderr, highlight=False, width=width)
+
+
+def _open_store(args, create: bool = True):
+    from tensorgauge.store import Store
+
+    return Store.open(args.store, create=create)
+
+
+def _interval(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0.01 <= value <= 60:
+        raise argparse.ArgumentTypeError(f"interval must be between 0.01 and 60 seconds, got {text}")
+    return value
+
+
+def _write_json(report, destination: str) -> None:
+    text = json.dumps(report.to_dict(), indent=2, default=str)
+    if destination == "-":
+        sys.stdout.write(text + "\n")
+        return
+    try:
+        Path(destination).write_text(text + "\n")
+    except OSError as exc:
+        raise TensorgaugeError(f"cannot write {destination}: {exc.strerror}") from None
+
+
+def _record(args, command: list[str], name: str | None) -> int:
+    """Run ``command`` under the monitor; print where it went; return the job's exit code."""
+    from tensorgauge.report import RunReport
+    from tensorgauge.runner import resolve_command, run
+
+    resolve_command(command)  # before the store: a typo should not create anything
+    store = _open_store(args)
+    err = _console(stderr=True)
+    quiet = getattr(args, "quiet", False)
+
+    def started(record):
+        if not quiet:
+            err.print(f"[dim]tensorgauge: recording run {record.run_id} every {args.interval:g} s "
+                      f"into {store.path}[/dim]")
+
+    result = run(command, store, interval_seconds=args.interval, name=name,
+                 hook=not getattr(args, "no_hook", False), on_start=started)
+    report = RunReport.load(store, result.record.run_id)
+    if getattr(args, "json", None):
+        _write_json(report, args.json)
+    if not quiet:
+        from tensorgauge.render.terminal import outcome
+        from tensorgauge.units import format_bytes, format_seconds
+
+        s = report.summary
+        err.print(f"[dim]tensorgauge: run {result.record.run_id}: {outcome(result.record)}, "
+                  f"{format_seconds(result.record.wall_seconds)} wall, {s.cpu_seconds:.2f} CPU-s, "
+                  f"{s.cores_busy_mean:.2f} cores mean, RSS peak {format_bytes(s.rss_peak_bytes)}, "
+                  f"{len(report.phases)} phases — tensorgauge show {result.record.run_id}[/dim]")
+    store.close()
+    return result.exit_code
+
+
+def cmd_run(args) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    return _record(args, command, args.name)
+
+
+def cmd_runs(args) -> int:
+    from tensorgauge.render.terminal import render_runs
+
+    from tensorgauge.store import default_store_path
+
+    if not (Path(args.store) if args.store else default_store_path()).exists():
+        render_runs(_console(), [], {})
+        return 0
+    store = _open_store(args, create=False)
+    render_runs(_console(), store.runs(), store.peaks())
+    return 0
+
+
+def cmd_show(args) -> int:
+    from tensorgauge.render.terminal import render_run
+    from tensorgauge.report import RunReport
+
+    store = _open_store(args, create=False)
+    report = RunReport.load(store, args.run)
+    if args.json:
+        _write_json(report, args.json)
+        if args.json == "-":
+            return 0
+    render_run(_console(), report)
+    return 0
+
+
+def cmd_rm(args) -> int:
+    store = _open_store(args, create=False)
+    records = [store.run(ref) for ref in args.runs]  # all resolve before any is deleted
+    for record in records:
+        store.delete_run(record.run_id)
+        print(f"removed {record.run_id}")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from tensorgauge.render.terminal import render_run
+    from tensorgauge.report import RunReport
+
+    if importlib.util.find_spec("tensorflow") is None:
+        raise TensorgaugeError("the demo needs TensorFlow: pip install 'tensorgauge[tensorflow]'")
+    args.interval, args.quiet = 0.1, False
+    exit_code = _record(args, [sys.executable, "-m", "tensorgauge.scenarios.demo"], name="demo")
+    store = _open_store(args, create=False)
+    _console().print()
+    render_run(_console(), RunReport.load(store, "last"))
+    return exit_code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--store", metavar="PATH",
+                        help="run store (SQLite file); default $TENSORGAUGE_STORE or "
+                             "~/.local/share/tensorgauge/runs.db")
+    parser = _Parser(prog=PROG, description="Measure and explain how a TensorFlow/Keras job uses "
+                                            "CPU, memory and GPU.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = parser.add_subparsers(dest="verb", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser("run", parents=[common], help="run a command and record its CPU, memory, GPU and phases",
+                       description="Run COMMAND as a child, sample it every --interval seconds and record it. "
+                                   "Exits with COMMAND's exit code (128+N when signal N ended it).")
+    p.add_argument("--interval", type=_interval, default=0.1, metavar="S", help="seconds between samples (0.1)")
+    p.add_argument("--name", help="a name for the run (usable wherever a run id is)")
+    p.add_argument("--json", metavar="PATH", help="also write the run's report as JSON (- for stdout)")
+    p.add_argument("--no-hook", action="store_true", help="record from outside only: no phases")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing of tensorgauge's own")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("runs", parents=[common], help="list recorded runs")
+    p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("show", parents=[common], help="show one run: summary, phases, account")
+    p.add_argument("run", help="run id, unique prefix, name, or 'last'")
+    p.add_argument("--json", nargs="?", const="-", metavar="PATH",
+                   help="the tensorgauge.run/1 document, to stdout or PATH")
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("rm", parents=[common], help="delete runs")
+    p.add_argument("runs", nargs="+", metavar="RUN")
+    p.set_defaults(func=cmd_rm)
+
+    p = sub.add_parser("demo", parents=[common], help="record a built-in small Keras job and show it",
+                       description="Train, save, load and predict with a small Keras model on synthetic data "
+                                   "(about 20 s on 2 cores) under 'tensorgauge run', then show the run.")
+    p.add_argument("--json", metavar="PATH", help="also write the run's report as JSON")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        args = build_parser().parse_args(argv)
+        if not getattr(args, "func", None):
+            build_parser().print_help()
+            return 2
+        return args.func(args)
+    except TensorgaugeError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0

@@ -1,0 +1,31 @@
+"""The hook: code that runs inside the user's job (standard library only).
+
+``tensorgauge run`` puts ``_site`` on the job's PYTHONPATH; its
+``sitecustomize`` calls :func:`install`, which watches for the first import of
+TensorFlow/Keras and sends events over :mod:`.channel`. It never imports
+TensorFlow itself, never changes what the job computes, and keeps quiet when
+no monitor listens.
+"""
+
+from __future__ import annotations
+
+_installed = False
+
+
+def install() -> None:
+    """Start watching imports (idempotent)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    import sys
+
+    from tensorgauge.hook.imports import WATCHED, ImportWatcher
+    from tensorgauge.hook.patches import on_imported
+
+    loaded = [name for name in WATCHED if name in sys.modules]
+    for name in loaded:  # imported before us (tensorgauge.monitor() in a notebook)
+        on_imported(name, sys.modules[name])
+    watcher = ImportWatcher(on_imported, [n for n in WATCHED if n not in loaded])
+    if watcher.watched:
+        watcher.install()

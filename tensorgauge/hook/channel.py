@@ -1,0 +1,121 @@
+"""The channel from the job to the monitor: an append-only file of JSON lines.
+
+Standard library only: this module runs inside the user's job. Each event is
+one ``os.write`` of one line to a file opened with ``O_APPEND``, so lines from
+several processes (the job's Python subprocesses) never interleave, a write
+never blocks on the monitor, and a dead monitor cannot stop or crash the job.
+Every event carries the writer's pid, ``time.monotonic()`` (system-wide on
+Linux, so comparable with the monitor's clock), and the writer's own CPU
+seconds and RSS at that instant, which make phase boundaries exact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+EVENTS_ENV = "TENSORGAUGE_EVENTS"
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def process_cpu_seconds() -> float:
+    """User+system seconds of this process and the children it has waited for."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def process_rss_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class Channel:
+    """Writes events; silently does nothing when there is no monitor."""
+
+    def __init__(self, path: str | None):
+        self.path = path
+        self._fd: int | None = None
+        self._pid = os.getpid()
+        self.broken = False
+
+    @property
+    def active(self) -> bool:
+        return bool(self.path) and not self.broken
+
+    def _open(self) -> int | None:
+        if self._fd is None or self._pid != os.getpid():  # reopen after fork
+            self._pid = os.getpid()
+            try:
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except OSError:
+                self.broken = True
+                return None
+        return self._fd
+
+    def emit(self, kind: str, **data) -> None:
+        """Send one event; never raises."""
+        if not self.active:
+            return
+        event = {"t": time.monotonic(), "pid": os.getpid(), "kind": kind,
+                 "cpu": process_cpu_seconds(), "rss": process_rss_bytes()}
+        event.update(data)
+        try:
+            line = (json.dumps(event, default=str, separators=(",", ":")) + "\n").encode()
+            fd = self._open()
+            if fd is not None:
+                os.write(fd, line)
+        except Exception:  # a full disk or a closed descriptor must not reach the job
+            self.broken = True
+
+
+_channel: Channel | None = None
+
+
+def channel() -> Channel:
+    """The process's channel, opened from ``$TENSORGAUGE_EVENTS`` on first use."""
+    global _channel
+    if _channel is None:
+        _channel = Channel(os.environ.get(EVENTS_ENV))
+    return _channel
+
+
+def set_channel(new: Channel | None) -> Channel | None:
+    """Replace the process's channel (``tensorgauge.monitor`` and tests); returns the old one."""
+    global _channel
+    old, _channel = _channel, new
+    return old
+
+
+class EventReader:
+    """Reads the events written so far, complete lines only (monitor side)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._offset = 0
+        self._partial = b""
+
+    def read_new(self) -> list[dict]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                chunk = f.read()
+        except OSError:
+            return []
+        self._offset += len(chunk)
+        data = self._partial + chunk
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        out = []
+        for line in lines:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # a torn line from a process killed mid-write
+            if isinstance(event, dict) and "t" in event and "kind" in event:
+                out.append(event)
+        return out

@@ -1,0 +1,225 @@
+"""Phases for Keras 3, tf.keras and tf_keras, and TensorFlow's save/load, by patching.
+
+Applied once a package has finished importing (see :mod:`.imports`). Each patch
+wraps the original function, opens a phase around the call and returns exactly
+what the original returns; errors propagate unchanged. ``fit``/``evaluate``/
+``predict`` also get :class:`TensorgaugeCallback` for epochs and steps (the way
+MLflow's autolog hooks in). The callback marks steps at ``*_batch_begin`` only:
+overriding ``*_batch_end`` would turn off Keras 3's asynchronous batch-end
+dispatch and slow the job.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+
+from tensorgauge.hook.agent import agent
+
+_MARK = "__tensorgauge_wrapped__"
+
+# Position of ``callbacks`` in positional arguments after ``self``.
+_CALLBACKS_POSITION = {"fit": 5, "evaluate": 6, "predict": 4}
+
+
+def _path_label(args) -> str:
+    for arg in args[:2]:
+        if isinstance(arg, (str, os.PathLike)):
+            return os.path.basename(os.fspath(arg).rstrip("/\\")) or os.fspath(arg)
+    return ""
+
+
+def phase_wrapper(fn, kind: str, label: str | None = None, is_method: bool = False):
+    """``fn`` inside an automatic phase of ``kind`` named ``label [path]``."""
+    if getattr(fn, _MARK, None) is not None:
+        return fn
+    label = label or kind
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        a = agent()
+        path = _path_label(args[1:] if is_method else args)
+        phase_id = a.begin(f"{label} {path}".strip(), kind, auto=True)
+        if phase_id is None:
+            return fn(*args, **kwargs)
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            a.end(phase_id, exc)
+            raise
+        a.end(phase_id)
+        return result
+
+    setattr(wrapper, _MARK, fn)
+    return wrapper
+
+
+def make_callback_class(base):
+    """A Keras callback (subclass of ``base``) that records epochs and steps."""
+
+    class TensorgaugeCallback(base):
+        """Records fit/evaluate/predict phases, epochs and every step for tensorgauge."""
+
+        _tensorgauge = True
+
+        def __init__(self):
+            super().__init__()
+            self._phases: dict[str, int | None] = {}
+
+        def _begin(self, key, name, kind, auto=True):
+            self._phases[key] = agent().begin(name, kind, auto=auto)
+
+        def _end(self, key):
+            agent().end(self._phases.pop(key, None))
+
+        # Phases, for use without the patches (tensorgauge.keras.Callback).
+        def on_train_begin(self, logs=None):
+            self._begin("fit", "fit", "fit")
+
+        def on_train_end(self, logs=None):
+            self._end("fit")
+
+        def on_test_begin(self, logs=None):
+            self._begin("evaluate", "validation" if agent().inside("fit") else "evaluate", "evaluate")
+
+        def on_test_end(self, logs=None):
+            self._end("evaluate")
+
+        def on_predict_begin(self, logs=None):
+            self._begin("predict", "predict", "predict")
+
+        def on_predict_end(self, logs=None):
+            self._end("predict")
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self._begin("epoch", f"epoch {epoch + 1}", "epoch", auto=False)
+
+        def on_epoch_end(self, epoch, logs=None):
+            self._end("epoch")
+
+        def on_train_batch_begin(self, batch, logs=None):
+            agent().step_begin()
+
+        def on_test_batch_begin(self, batch, logs=None):
+            agent().step_begin()
+
+        def on_predict_batch_begin(self, batch, logs=None):
+            agent().step_begin()
+
+    return TensorgaugeCallback
+
+
+def _with_callback(fn, kind: str, callback_class):
+    """Wrap Model.fit/evaluate/predict: a phase, plus our callback in ``callbacks``."""
+    position = _CALLBACKS_POSITION[kind]
+
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):
+        args = list(args)
+        in_args = len(args) > position
+        callbacks = args[position] if in_args else kwargs.get("callbacks")
+        # Inside fit, Keras passes its CallbackList to evaluate: ours is in it already.
+        if callbacks is None or isinstance(callbacks, (list, tuple)):
+            callbacks = list(callbacks or [])
+            if not any(getattr(cb, "_tensorgauge", False) for cb in callbacks):
+                callbacks.append(callback_class())
+            if in_args:
+                args[position] = callbacks
+            else:
+                kwargs["callbacks"] = callbacks
+        label = "validation" if kind == "evaluate" and agent().inside("fit") else kind
+        return phase_wrapper(fn, kind, label)(self, *args, **kwargs)
+
+    setattr(wrapper, _MARK, fn)
+    return wrapper
+
+
+def _patch_attr(owner, name: str, make) -> object | None:
+    """Replace ``owner.name`` with ``make(original)``; returns the original."""
+    original = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+    if original is None or getattr(original, _MARK, None) is not None:
+        return None
+    setattr(owner, name, make(original))
+    return original
+
+
+def _patch_aliases(prefix: str, replaced: dict[int, object]) -> None:
+    """Point every loaded module attribute that is an original at its wrapper."""
+    for mod_name, module in list(sys.modules.items()):
+        if not mod_name.startswith(prefix) or module is None:
+            continue
+        namespace = getattr(module, "__dict__", {})
+        for attr, value in list(namespace.items()):
+            wrapper = replaced.get(id(value))
+            if wrapper is not None:
+                try:
+                    setattr(module, attr, wrapper)
+                except (AttributeError, TypeError):
+                    pass
+
+
+def _patch_functions(module, names_kinds, prefix: str) -> None:
+    replaced = {}
+    for name, kind, label in names_kinds:
+        original = getattr(module, name, None)
+        if original is None or getattr(original, _MARK, None) is not None:
+            continue
+        wrapper = phase_wrapper(original, kind, label)
+        setattr(module, name, wrapper)
+        replaced[id(original)] = wrapper
+    if replaced:
+        _patch_aliases(prefix, replaced)
+
+
+def patch_keras(package_name: str) -> None:
+    """Keras 3 (``keras``) or legacy Keras 2 (``tf_keras``)."""
+    keras = sys.modules.get(package_name)
+    model_class = getattr(keras, "Model", None)
+    callback_base = getattr(getattr(keras, "callbacks", None), "Callback", None)
+    if model_class is None or callback_base is None:
+        return
+    callback_class = make_callback_class(callback_base)
+    for kind in ("fit", "evaluate", "predict"):
+        # Patch the class that defines it so every subclass (Sequential, Functional) sees it.
+        for klass in model_class.__mro__:
+            if kind in klass.__dict__:
+                _patch_attr(klass, kind, lambda fn, k=kind: _with_callback(fn, k, callback_class))
+                break
+    for name, kind in (("save", "save"), ("save_weights", "save"), ("export", "save"),
+                       ("load_weights", "load")):
+        for klass in model_class.__mro__:
+            if name in klass.__dict__:
+                _patch_attr(klass, name, lambda fn, k=kind, n=name: phase_wrapper(fn, k, n, is_method=True))
+                break
+    saving_api = sys.modules.get(f"{package_name}.src.saving.saving_api")
+    if saving_api is not None:
+        _patch_functions(saving_api, [("save_model", "save", "save_model"),
+                                      ("load_model", "load", "load_model")], package_name)
+
+
+def patch_tensorflow() -> None:
+    """tf.saved_model.save/load and tf.train.Checkpoint."""
+    save_module = sys.modules.get("tensorflow.python.saved_model.save")
+    load_module = sys.modules.get("tensorflow.python.saved_model.load")
+    if save_module is not None:
+        _patch_functions(save_module, [("save", "save", "saved_model.save")], "tensorflow")
+    if load_module is not None:
+        _patch_functions(load_module, [("load", "load", "saved_model.load")], "tensorflow")
+    checkpoint_module = sys.modules.get("tensorflow.python.checkpoint.checkpoint")
+    checkpoint_class = getattr(checkpoint_module, "Checkpoint", None)
+    if checkpoint_class is not None:
+        for name, kind in (("save", "save"), ("write", "save"), ("restore", "load"), ("read", "load")):
+            _patch_attr(checkpoint_class, name,
+                        lambda fn, k=kind, n=name: phase_wrapper(fn, k, f"checkpoint.{n}", is_method=True))
+
+
+def on_imported(name: str, module) -> None:
+    """Called by the import watcher when a watched package has loaded."""
+    if name == "tensorflow":
+        patch_tensorflow()
+        from tensorgauge.hook import tfinfo
+
+        tfinfo.send_facts()
+    elif name in ("keras", "tf_keras"):
+        patch_keras(name)

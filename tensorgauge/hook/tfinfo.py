@@ -1,0 +1,68 @@
+"""Facts about the job's own Python and TensorFlow, sent once TF has loaded.
+
+Runs inside the job right after ``import tensorflow`` finishes (outside the
+import phase), so it never delays the job's start; everything it calls is
+cheap once TF is loaded and none of it initialises a GPU.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from tensorgauge.hook.channel import channel
+
+
+def _safe(fn, default=None):
+    try:
+        return fn()
+    except Exception:
+        return default
+
+
+def tensorflow_facts() -> dict:
+    import tensorflow as tf
+
+    facts: dict = {"tensorflow_version": getattr(tf, "__version__", None)}
+    build = _safe(lambda: dict(tf.sysconfig.get_build_info()), {}) or {}
+    facts["tf_build"] = {k: v for k, v in build.items()
+                         if k in ("is_cuda_build", "is_rocm_build", "cuda_version", "cudnn_version",
+                                  "cuda_compute_capabilities")}
+
+    def onednn():
+        from tensorflow.python.util import _pywrap_util_port
+
+        return bool(_pywrap_util_port.IsMklEnabled())
+
+    facts["onednn_enabled"] = _safe(onednn)
+    facts["devices_physical"] = _safe(
+        lambda: [f"{d.device_type}:{d.name.rsplit(':', 1)[-1]}" for d in tf.config.list_physical_devices()], [])
+    facts["gpus_visible"] = sum(1 for d in facts["devices_physical"] if d.startswith("GPU"))
+    facts["intra_op_threads"] = _safe(tf.config.threading.get_intra_op_parallelism_threads)
+    facts["inter_op_threads"] = _safe(tf.config.threading.get_inter_op_parallelism_threads)
+    keras = sys.modules.get("keras")
+    if keras is not None:
+        facts["keras_version"] = getattr(keras, "__version__", None)
+    return facts
+
+
+def python_facts() -> dict:
+    facts = {"python": sys.version.split()[0], "executable": sys.executable}
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        facts["numpy_version"] = getattr(numpy, "__version__", None)
+
+    def blas():
+        from threadpoolctl import threadpool_info
+
+        return [{k: pool.get(k) for k in ("user_api", "internal_api", "num_threads", "version",
+                                          "threading_layer", "architecture")}
+                for pool in threadpool_info()]
+
+    facts["blas"] = _safe(blas, [])
+    return facts
+
+
+def send_facts() -> None:
+    facts = python_facts()
+    facts.update(_safe(tensorflow_facts, {}) or {})
+    channel().emit("env", facts=facts)

@@ -1,0 +1,112 @@
+"""Terminal output with rich: the run list, one run's summary and phase tree."""
+
+from __future__ import annotations
+
+import shlex
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from tensorgauge.analyse.account import account
+from tensorgauge.model import Phase, RunRecord
+from tensorgauge.report import RunReport
+from tensorgauge.units import format_bytes, format_seconds, format_share
+
+
+def command_text(command: list[str], width: int | None = None) -> str:
+    text = shlex.join(command)
+    if width and len(text) > width:
+        text = text[: width - 1] + "…"
+    return text
+
+
+def outcome(record: RunRecord) -> str:
+    """'exit 0', 'signal 9 (OOM killer)', 'running or interrupted'."""
+    if not record.complete:
+        return "incomplete"
+    if record.signal is not None:
+        text = f"signal {record.signal}"
+        return text + " (OOM killer)" if record.oom_killed else text
+    return f"exit {record.exit_code}"
+
+
+def render_runs(console: Console, records: list[RunRecord], peaks: dict[str, tuple[int | None, int]]) -> None:
+    if not records:
+        console.print("No runs recorded yet. Record one with: tensorgauge run -- python train.py")
+        return
+    table = Table(box=None, header_style="bold")
+    for column in ("id", "name", "command", "started", "wall", "exit", "peak RSS", "cores"):
+        table.add_column(column, justify="right" if column in ("wall", "peak RSS", "cores") else "left",
+                         no_wrap=True, overflow="ellipsis" if column in ("name", "command") else "fold")
+    for r in records:
+        peak, _ = peaks.get(r.run_id, (None, 0))
+        peak = max(peak or 0, r.rss_max_bytes or 0) or None
+        cores = (r.cpu_seconds_total / r.wall_seconds
+                 if r.cpu_seconds_total is not None and r.wall_seconds else None)
+        table.add_row(r.run_id, escape(r.name or ""), escape(command_text(r.command, 30)),
+                      r.started_at[5:16].replace("T", " "), format_seconds(r.wall_seconds), outcome(r),
+                      format_bytes(peak), f"{cores:.2f}" if cores is not None else "-")
+    console.print(table)
+
+
+def _depths(phases: list[Phase]) -> list[int]:
+    depths = []
+    for phase in phases:
+        depths.append(depths[phase.parent] + 1 if phase.parent is not None else 0)
+    return depths
+
+
+def phase_table(phases: list[Phase], wall_seconds: float, max_rows: int = 60) -> Table:
+    table = Table(box=None, header_style="bold", title="Phases", title_justify="left", title_style="bold")
+    for column in ("phase", "start", "wall", "wall %", "CPU-s", "cores", "peak", "RSS peak", "steps", "steps/s",
+                   "step p50"):
+        table.add_column(column, justify="left" if column == "phase" else "right", no_wrap=True,
+                         overflow="ellipsis")
+    depths = _depths(phases)
+    shown = 0
+    for phase, depth in zip(phases, depths):
+        # Long runs have many epochs: show the first and last few of each parent's epochs.
+        if shown >= max_rows:
+            table.add_row(f"… {len(phases) - shown} more (tensorgauge show RUN --json)", *[""] * 10)
+            break
+        steps_per_s = (phase.steps / phase.wall_seconds
+                       if phase.steps and phase.wall_seconds > 0 else None)
+        name = "  " * depth + escape(phase.name) + ("" if phase.complete else " [red](cut)[/red]")
+        table.add_row(
+            name, f"{phase.start:.2f}", format_seconds(phase.wall_seconds),
+            format_share(phase.wall_seconds, wall_seconds), f"{phase.cpu_seconds:.2f}",
+            f"{phase.cores_busy_mean:.2f}", f"{phase.cores_busy_peak:.2f}", format_bytes(phase.rss_peak_bytes),
+            str(phase.steps) if phase.steps else "", f"{steps_per_s:.1f}" if steps_per_s else "",
+            format_seconds(phase.step_seconds_p50) if phase.step_seconds_p50 else "")
+        shown += 1
+    return table
+
+
+def render_run(console: Console, report: RunReport) -> None:
+    r, s = report.record, report.summary
+    wall = r.wall_seconds if r.wall_seconds is not None else (report.samples[-1].t if report.samples else 0.0)
+    title = f"[bold]{r.run_id}[/bold]" + (f"  {escape(r.name)}" if r.name else "")
+    console.print(title)
+    console.print(f"  command  {escape(command_text(r.command))}")
+    console.print(f"  started  {r.started_at}   wall {format_seconds(wall)}   {outcome(r)}")
+    if not r.complete:
+        console.print("  [yellow]incomplete: the monitor stopped before the job ended; "
+                      "figures cover what was recorded[/yellow]")
+    console.print(f"  CPU      {s.cpu_seconds:.2f} CPU-s, cores busy mean {s.cores_busy_mean:.2f} "
+                  f"peak {s.cores_busy_peak:.2f}")
+    uss = f"  USS peak {format_bytes(s.uss_peak_bytes)}" if s.uss_peak_bytes else ""
+    console.print(f"  memory   RSS peak {format_bytes(s.rss_peak_bytes)}{uss}   threads peak {s.threads_peak}"
+                  f"   processes peak {s.processes_peak}   samples {s.samples}")
+    for gpu in s.gpu:
+        console.print(f"  GPU {gpu['index']}    {escape(str(gpu.get('name') or ''))} util mean "
+                      f"{gpu.get('util_percent_mean')}% peak {gpu.get('util_percent_peak')}%, memory peak "
+                      f"{format_bytes(gpu.get('memory_used_peak_bytes'))} of "
+                      f"{format_bytes(gpu.get('memory_total_bytes'))}")
+    if report.phases:
+        console.print()
+        console.print(phase_table(report.phases, wall))
+    console.print()
+    cores_allowed = (r.env.get("host") or {}).get("cores_allowed")
+    for line in account(report.phases, s, wall, cores_allowed):
+        console.print(f"• {escape(line)}")

@@ -1,0 +1,58 @@
+"""A recorded run, analysed: the ``tensorgauge.run/1`` document.
+
+Glue between the store and analysis: loads one run and runs every analysis
+on it. Renderers take a :class:`RunReport`; ``to_dict`` is the JSON contract.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tensorgauge.analyse.phases import build_phases
+from tensorgauge.analyse.summary import summarise
+from tensorgauge.model import RUN_SCHEMA, Event, Finding, Phase, RunRecord, Sample, Summary
+from tensorgauge.store import Store
+
+
+@dataclass
+class RunReport:
+    record: RunRecord
+    samples: list[Sample]
+    events: list[Event]
+    summary: Summary
+    phases: list[Phase] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+
+    @classmethod
+    def build(cls, record: RunRecord, samples: list[Sample], events: list[Event]) -> RunReport:
+        return cls(record=record, samples=samples, events=events,
+                   summary=summarise(record, samples),
+                   phases=build_phases(events, samples, end=record.wall_seconds))
+
+    @classmethod
+    def load(cls, store: Store, ref: str) -> RunReport:
+        record = store.run(ref)
+        return cls.build(record, store.samples(record.run_id), store.events(record.run_id))
+
+    def to_dict(self) -> dict:
+        r = self.record
+        return {
+            "schema": RUN_SCHEMA,
+            "run_id": r.run_id,
+            "name": r.name,
+            "command": r.command,
+            "cwd": r.cwd,
+            "exit_code": r.exit_code,
+            "signal": r.signal,
+            "oom_killed": r.oom_killed,
+            "started_at": r.started_at,
+            "wall_seconds": round(r.wall_seconds if r.wall_seconds is not None
+                                  else (self.samples[-1].t if self.samples else 0.0), 4),
+            "complete": r.complete,
+            "interval_seconds": r.interval_seconds,
+            "env": r.env,
+            "summary": self.summary.to_dict(),
+            "phases": [p.to_dict() for p in self.phases],
+            "findings": [f.to_dict() for f in self.findings],
+            "budget": r.budget,
+        }

@@ -1,0 +1,165 @@
+"""``tensorgauge run``: start the job as a child, sample it, record it.
+
+The monitor is this process, never a thread in the job. It waits between ticks
+in ``sigtimedwait`` so that the job's end (SIGCHLD) and Ctrl-C / SIGTERM wake it
+at once; signals sent to the monitor alone are forwarded to the job, and a
+Ctrl-C typed at the terminal (which the job receives itself) is not sent twice.
+Every tick's samples and the hook's events are committed to the store.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from tensorgauge.errors import TensorgaugeError
+from tensorgauge.hook import channel as hook_channel
+from tensorgauge.model import RunRecord
+from tensorgauge.recorder import Recorder
+from tensorgauge.sampler import Sampler
+from tensorgauge.sources import cgroup
+from tensorgauge.sources.clock import MonotonicClock
+from tensorgauge.sources.fingerprint import host_fingerprint
+from tensorgauge.sources.nvml import open_gpus
+from tensorgauge.sources.process_tree import PsutilProcessTree
+from tensorgauge.sources.system import PsutilSystem
+from tensorgauge.store import Store
+
+HOOK_SITE_DIR = Path(__file__).parent / "hook" / "_site"
+RUN_ID_ENV = "TENSORGAUGE_RUN_ID"
+NO_HOOK_ENV = "TENSORGAUGE_NO_HOOK"
+
+_WAKE_SIGNALS = (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+_SI_KERNEL = 0x80  # si_code of a signal the terminal generated (Ctrl-C, Ctrl-\)
+
+
+@dataclass
+class RunResult:
+    record: RunRecord
+    exit_code: int  # what ``tensorgauge run`` exits with
+
+
+def new_run_id() -> str:
+    return f"{dt.datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def resolve_command(command: list[str]) -> list[str]:
+    """Check the program exists before anything is recorded."""
+    if not command:
+        raise TensorgaugeError("nothing to run: give a command after '--', e.g. tensorgauge run -- python train.py")
+    program = command[0]
+    if os.sep in program:
+        if not os.path.isfile(program):
+            raise TensorgaugeError(f"command not found: {program}")
+        if not os.access(program, os.X_OK):
+            raise TensorgaugeError(f"command is not executable: {program}")
+        return command
+    if shutil.which(program) is None:
+        raise TensorgaugeError(f"command not found: {program}")
+    return command
+
+
+def job_environment(events_path: str | None, run_id: str, hook: bool, base: dict | None = None) -> dict:
+    """The job's environment: the caller's, plus the channel and the hook on PYTHONPATH."""
+    env = dict(os.environ if base is None else base)
+    env[RUN_ID_ENV] = run_id
+    if events_path:
+        env[hook_channel.EVENTS_ENV] = events_path
+    if hook:
+        env.pop(NO_HOOK_ENV, None)
+        parts = [str(HOOK_SITE_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env["PYTHONPATH"] = os.pathsep.join(parts)
+    return env
+
+
+def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name: str | None = None,
+        hook: bool = True, on_start: Callable[[RunRecord], None] | None = None) -> RunResult:
+    """Run ``command`` to its end under the monitor and record it in ``store``."""
+    command = resolve_command(command)
+    run_id = new_run_id()
+    events_fd, events_path = tempfile.mkstemp(prefix=f"tensorgauge-{run_id}-", suffix=".jsonl")
+    os.close(events_fd)
+    clock = MonotonicClock()
+    oom_before = cgroup.oom_kill_count(cgroup.cgroup_paths())
+
+    t0 = clock.now()
+    started_at = dt.datetime.now().astimezone().isoformat(timespec="milliseconds")
+    try:
+        child = subprocess.Popen(command, env=job_environment(events_path, run_id, hook))
+    except OSError as exc:
+        os.unlink(events_path)
+        raise TensorgaugeError(f"cannot start {command[0]}: {exc.strerror}") from None
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WAKE_SIGNALS)
+    try:
+        record = RunRecord(run_id=run_id, command=list(command), started_at=started_at, name=name,
+                           cwd=os.getcwd(), interval_seconds=interval_seconds,
+                           env={"host": host_fingerprint()})
+        store.save_run(record)
+        if on_start:
+            on_start(record)
+        recorder = Recorder(store, record, t0)
+        sampler = Sampler(PsutilProcessTree(child.pid), PsutilSystem(), open_gpus(), clock, t0)
+        reader = hook_channel.EventReader(events_path)
+        status, rusage = _monitor(child.pid, sampler, recorder, reader, clock, t0, interval_seconds)
+        end = clock.now()
+        recorder.flush([], reader.read_new())
+        sampler.gpus.close()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        try:
+            os.unlink(events_path)
+        except OSError:
+            pass
+
+    record.wall_seconds = end - t0
+    record.cpu_seconds_total = rusage.ru_utime + rusage.ru_stime
+    record.rss_max_bytes = rusage.ru_maxrss * 1024  # Linux reports KiB
+    record.complete = True
+    if os.WIFSIGNALED(status):
+        record.signal = os.WTERMSIG(status)
+        exit_code = 128 + record.signal
+        oom_after = cgroup.oom_kill_count(cgroup.cgroup_paths())
+        record.oom_killed = (record.signal == signal.SIGKILL and oom_before is not None
+                             and oom_after is not None and oom_after > oom_before)
+    else:
+        record.exit_code = os.WEXITSTATUS(status)
+        exit_code = record.exit_code
+    store.save_run(record)
+    return RunResult(record=record, exit_code=exit_code)
+
+
+def _monitor(pid, sampler, recorder, reader, clock, t0, interval_seconds):
+    """Sample every ``interval_seconds`` until the child ends; returns (status, rusage)."""
+    deadline = t0
+    while True:
+        waited_pid, status, rusage = os.wait4(pid, os.WNOHANG)
+        if waited_pid == pid:
+            return status, rusage
+        sample = sampler.sample()
+        recorder.flush([sample] if sample else [], reader.read_new())
+        deadline += interval_seconds
+        now = clock.now()
+        if deadline < now:  # we fell behind (a stopped machine): do not burst
+            deadline = now + interval_seconds
+        while (timeout := deadline - clock.now()) > 0:
+            info = signal.sigtimedwait(_WAKE_SIGNALS, timeout)
+            if info is None:
+                break
+            if info.si_signo == signal.SIGCHLD:
+                waited_pid, status, rusage = os.wait4(pid, os.WNOHANG)
+                if waited_pid == pid:
+                    return status, rusage
+            elif not (info.si_code == _SI_KERNEL and info.si_signo in (signal.SIGINT, signal.SIGQUIT)):
+                # Sent to the monitor alone (kill, a scheduler): pass it on.
+                try:
+                    os.kill(pid, info.si_signo)
+                except ProcessLookupError:
+                    pass

@@ -1,0 +1,71 @@
+"""Turns source readings into :class:`~tensorgauge.model.Sample` records.
+
+The sampler owns no thread and no storage: the caller (the runner, or
+``tensorgauge.monitor``) calls :meth:`Sampler.sample` on its own schedule. Rates
+(cores busy, per-CPU utilisation) are computed against the previous call.
+"""
+
+from __future__ import annotations
+
+from tensorgauge.model import Sample
+from tensorgauge.sources import Clock, Gpus, ProcessTree, System
+
+PRIVATE_MEMORY_EVERY_SECONDS = 5.0  # USS/PSS costs ~11 ms per process
+
+
+class Sampler:
+    def __init__(self, tree: ProcessTree, system: System, gpus: Gpus, clock: Clock, t0: float):
+        """``t0``: the run's start on ``clock``; samples carry ``t`` relative to it."""
+        self.tree, self.system, self.gpus, self.clock, self.t0 = tree, system, gpus, clock, t0
+        self._last_cpu: tuple[float, float] | None = None  # (t, tree cpu seconds)
+        self._last_per_cpu: list[tuple[float, float]] | None = None
+        self._next_private = t0
+        self.last: Sample | None = None
+
+    def sample(self) -> Sample | None:
+        """Read every source once; None when the process tree is gone."""
+        now = self.clock.now()
+        tree = self.tree.read()
+        if tree is None:
+            return None
+        t = now - self.t0
+        cores_busy = None
+        if self._last_cpu is not None and t > self._last_cpu[0]:
+            cores_busy = max(0.0, (tree.cpu_seconds - self._last_cpu[1]) / (t - self._last_cpu[0]))
+        self._last_cpu = (t, tree.cpu_seconds)
+
+        uss = pss = None
+        if now >= self._next_private:
+            uss, pss = self.tree.read_private()
+            self._next_private = now + PRIVATE_MEMORY_EVERY_SECONDS
+
+        memory = self.system.memory()
+        sample = Sample(
+            t=t,
+            cpu_seconds=tree.cpu_seconds,
+            cores_busy=cores_busy,
+            rss_bytes=tree.rss_bytes,
+            threads=tree.threads,
+            processes=tree.processes,
+            read_bytes=tree.read_bytes,
+            write_bytes=tree.write_bytes,
+            uss_bytes=uss,
+            pss_bytes=pss,
+            mem_used_bytes=memory.used_bytes if memory else None,
+            mem_available_bytes=memory.available_bytes if memory else None,
+            cpu_percent=self._per_cpu_percent(),
+            gpus=self.gpus.read(),
+        )
+        self.last = sample
+        return sample
+
+    def _per_cpu_percent(self) -> list[float] | None:
+        current = self.system.cpu_busy_total()
+        previous, self._last_per_cpu = self._last_per_cpu, current
+        if current is None or previous is None or len(previous) != len(current):
+            return None
+        out = []
+        for (busy0, total0), (busy1, total1) in zip(previous, current):
+            span = total1 - total0
+            out.append(round(100.0 * (busy1 - busy0) / span, 1) if span > 0 else 0.0)
+        return out

@@ -1,0 +1,1 @@
+"""Built-in jobs: the demo, and (later) scenarios with a known cause."""

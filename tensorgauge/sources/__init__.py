@@ -1,0 +1,60 @@
+"""Sources: the only code that reads the OS, NVML or TensorFlow internals.
+
+Each source is a small Protocol with one real implementation here and a fake
+in :mod:`tensorgauge.testing`. A reading that cannot be taken is ``None``;
+sources never raise inside the sampling loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from tensorgauge.model import GpuReading
+
+
+@dataclass
+class TreeReading:
+    """The job's process tree at one instant (cumulative counters)."""
+
+    cpu_seconds: float
+    rss_bytes: int
+    threads: int
+    processes: int
+    read_bytes: int | None = None
+    write_bytes: int | None = None
+
+
+@dataclass
+class MemoryReading:
+    used_bytes: int
+    available_bytes: int
+    total_bytes: int
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Seconds on a monotonic, system-wide clock (comparable across processes)."""
+
+
+class ProcessTree(Protocol):
+    def read(self) -> TreeReading | None:
+        """Cumulative CPU, RSS, threads and I/O of the tree; None once it is gone."""
+
+    def read_private(self) -> tuple[int | None, int | None]:
+        """(USS, PSS) of the tree: expensive, called every few seconds."""
+
+
+class System(Protocol):
+    def cpu_busy_total(self) -> list[tuple[float, float]] | None:
+        """(busy, total) cumulative seconds for each CPU the job may run on."""
+
+    def memory(self) -> MemoryReading | None:
+        """Memory of the whole machine."""
+
+
+class Gpus(Protocol):
+    def read(self) -> list[GpuReading]:
+        """One reading per GPU; an empty list where there is no NVIDIA driver."""
+
+    def close(self) -> None: ...
