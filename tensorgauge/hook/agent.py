@@ -33,7 +33,8 @@ class _Open:
 
 
 class Agent:
-    def __init__(self):
+    def __init__(self, clock=time.monotonic):
+        self._clock = clock
         self._lock = threading.RLock()
         self._stack: list[_Open] = []
         self._next_id = 1
@@ -57,7 +58,7 @@ class Agent:
             top = self.current()
             if auto and top is not None and top.auto and top.kind == kind:
                 return None
-            now = time.monotonic()
+            now = self._clock()
             if top is not None:
                 self._close_step(top, now)  # a child phase ends the parent's running step
             phase = _Open(self._next_id, kind, auto, now)
@@ -75,11 +76,11 @@ class Agent:
             ids = [p.id for p in self._stack]
             if phase_id not in ids:
                 return
-            now = time.monotonic()
+            now = self._clock()
             while self._stack:
                 phase = self._stack.pop()
                 self._close_step(phase, now)
-                self._flush_steps(phase)
+                self._flush_steps(phase, now)
                 data = {"id": phase.id}
                 if error is not None:
                     data["error"] = type(error).__name__
@@ -94,7 +95,7 @@ class Agent:
         phase = self.current()
         if phase is None:
             return
-        now = time.monotonic()
+        now = self._clock()
         self._close_step(phase, now)
         phase.pending_step = now
 
@@ -103,7 +104,7 @@ class Agent:
         phase = self.current()
         if phase is None:
             return
-        now = time.monotonic()
+        now = self._clock()
         if phase.pending_step is not None:
             self._close_step(phase, now)
         else:
@@ -120,14 +121,14 @@ class Agent:
         phase.durations.append(seconds)
         phase.ends.append(now)
         if len(phase.durations) >= STEP_FLUSH_COUNT or now - phase.last_flush >= STEP_FLUSH_SECONDS:
-            self._flush_steps(phase)
+            self._flush_steps(phase, now)
 
-    def _flush_steps(self, phase: _Open) -> None:
+    def _flush_steps(self, phase: _Open, now: float) -> None:
         if phase.durations:
             channel().emit("steps", phase=phase.id, seconds=[round(d, 7) for d in phase.durations],
                            ends=phase.ends)
             phase.durations, phase.ends = [], []
-        phase.last_flush = time.monotonic()
+        phase.last_flush = now
 
 
 _agent = Agent()

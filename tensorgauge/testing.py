@@ -1,0 +1,97 @@
+"""Fakes for the sources, shipped so users' and our own tests can drive the
+sampler, store and analysis exactly: a clock, a process tree, a system and NVML.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+from tensorgauge.sources import MemoryReading, TreeReading
+
+
+class FakeClock:
+    def __init__(self, start: float = 1000.0):
+        self.t = start
+
+    def now(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+@dataclass
+class FakeProcessTree:
+    """Returns the queued readings in turn; None once they run out (tree gone)."""
+
+    readings: list[TreeReading | None] = field(default_factory=list)
+    private: tuple[int | None, int | None] = (None, None)
+    private_calls: int = 0
+
+    def read(self) -> TreeReading | None:
+        return self.readings.pop(0) if self.readings else None
+
+    def read_private(self):
+        self.private_calls += 1
+        return self.private
+
+
+@dataclass
+class FakeSystem:
+    """Per-CPU (busy, total) cumulative seconds in turn, and a fixed memory reading."""
+
+    per_cpu: list[list[tuple[float, float]] | None] = field(default_factory=list)
+    mem: MemoryReading | None = None
+
+    def cpu_busy_total(self):
+        return self.per_cpu.pop(0) if self.per_cpu else None
+
+    def memory(self):
+        return self.mem
+
+
+class NVMLError(Exception):
+    pass
+
+
+class FakeNvml:
+    """Stands in for the ``pynvml`` module: ``gpus`` is a list of dicts with
+    util, used, total, power_mw (None: the call raises, as NotSupported does)."""
+
+    def __init__(self, gpus: list[dict] | None = None, driver: bool = True):
+        self.gpus = gpus or []
+        self.driver = driver
+        self.shutdown_called = False
+
+    def nvmlInit(self):
+        if not self.driver:
+            raise NVMLError("NVML Shared Library Not Found")
+
+    def nvmlShutdown(self):
+        self.shutdown_called = True
+
+    def nvmlDeviceGetCount(self):
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return index
+
+    def _get(self, handle, key):
+        value = self.gpus[handle].get(key)
+        if value is None:
+            raise NVMLError("Not Supported")
+        return value
+
+    def nvmlDeviceGetName(self, handle):
+        return self._get(handle, "name")
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        return SimpleNamespace(gpu=self._get(handle, "util"), memory=0)
+
+    def nvmlDeviceGetMemoryInfo(self, handle):
+        used = self._get(handle, "used")
+        return SimpleNamespace(used=used, total=self.gpus[handle].get("total", used), free=0)
+
+    def nvmlDeviceGetPowerUsage(self, handle):
+        return self._get(handle, "power_mw")

@@ -1,0 +1,30 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def store_path(tmp_path, monkeypatch):
+    """A fresh store for each test, also for child `tensorgauge` processes."""
+    path = tmp_path / "store" / "runs.db"
+    monkeypatch.setenv("TENSORGAUGE_STORE", str(path))
+    return path
+
+
+@pytest.fixture
+def tg_cmd():
+    """The command line that runs the tensorgauge CLI in a subprocess."""
+    return [sys.executable, "-m", "tensorgauge"]
+
+
+def have_tensorflow() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("tensorflow") is not None
+
+
+needs_tf = pytest.mark.skipif(not have_tensorflow(), reason="TensorFlow is not installed (extra [tensorflow])")

@@ -1,0 +1,49 @@
+from tensorgauge.sources import cgroup
+
+
+def write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_v1_limits_and_oom_count(tmp_path):
+    write(tmp_path / "proc/self/cgroup", "4:memory:/job\n1:cpu:/job\n0::/\n")
+    write(tmp_path / "sys/fs/cgroup/memory/job/memory.limit_in_bytes", "2147483648\n")
+    write(tmp_path / "sys/fs/cgroup/memory/job/memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n")
+    write(tmp_path / "sys/fs/cgroup/cpu/job/cpu.cfs_quota_us", "150000\n")
+    write(tmp_path / "sys/fs/cgroup/cpu/job/cpu.cfs_period_us", "100000\n")
+    paths = cgroup.cgroup_paths(root=str(tmp_path))
+    assert cgroup.memory_limit_bytes(paths) == 2 << 30
+    assert cgroup.oom_kill_count(paths) == 3
+    assert cgroup.cpu_quota_cores(paths) == 1.5
+
+
+def test_v1_unlimited(tmp_path):
+    write(tmp_path / "proc/self/cgroup", "4:memory:/\n1:cpu:/\n")
+    write(tmp_path / "sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n")
+    write(tmp_path / "sys/fs/cgroup/cpu/cpu.cfs_quota_us", "-1\n")
+    write(tmp_path / "sys/fs/cgroup/cpu/cpu.cfs_period_us", "100000\n")
+    paths = cgroup.cgroup_paths(root=str(tmp_path))
+    assert cgroup.memory_limit_bytes(paths) is None
+    assert cgroup.cpu_quota_cores(paths) is None
+
+
+def test_v2(tmp_path):
+    write(tmp_path / "proc/self/cgroup", "0::/user/job\n")
+    base = tmp_path / "sys/fs/cgroup/user/job"
+    write(base / "cgroup.controllers", "cpu memory\n")
+    write(base / "cpu.max", "50000 100000\n")
+    write(base / "memory.max", "1073741824\n")
+    write(base / "memory.events", "low 0\nhigh 0\nmax 2\noom 1\noom_kill 1\n")
+    paths = cgroup.cgroup_paths(root=str(tmp_path))
+    assert cgroup.cpu_quota_cores(paths) == 0.5
+    assert cgroup.memory_limit_bytes(paths) == 1 << 30
+    assert cgroup.oom_kill_count(paths) == 1
+    write(base / "cpu.max", "max 100000\n")
+    write(base / "memory.max", "max\n")
+    assert cgroup.cpu_quota_cores(paths) is None and cgroup.memory_limit_bytes(paths) is None
+
+
+def test_missing_proc_gives_empty_paths(tmp_path):
+    paths = cgroup.cgroup_paths(root=str(tmp_path))
+    assert cgroup.memory_limit_bytes(paths) is None and cgroup.oom_kill_count(paths) is None

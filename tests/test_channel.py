@@ -1,0 +1,45 @@
+import os
+import subprocess
+import sys
+
+from tensorgauge.hook.channel import Channel, EventReader
+
+
+def test_events_round_trip_with_cpu_and_rss(tmp_path):
+    path = str(tmp_path / "events.jsonl")
+    channel = Channel(path)
+    channel.emit("phase_begin", id=1, name="fit")
+    events = EventReader(path).read_new()
+    assert len(events) == 1
+    event = events[0]
+    assert event["kind"] == "phase_begin" and event["pid"] == os.getpid() and event["name"] == "fit"
+    assert event["cpu"] > 0 and event["rss"] > 1 << 20
+
+
+def test_reader_returns_complete_lines_only_and_skips_torn_ones(tmp_path):
+    path = tmp_path / "events.jsonl"
+    reader = EventReader(str(path))
+    assert reader.read_new() == []  # no file yet
+    path.write_bytes(b'{"t": 1, "kind": "a"}\n{"t": 2, "ki')
+    assert [e["kind"] for e in reader.read_new()] == ["a"]
+    with open(path, "ab") as f:
+        f.write(b'nd": "b"}\n{garbage}\n[1]\n{"t": 3, "kind": "c"}\n')
+    assert [e["kind"] for e in reader.read_new()] == ["b", "c"]
+
+
+def test_no_path_or_unwritable_path_is_silent(tmp_path):
+    Channel(None).emit("x")
+    broken = Channel(str(tmp_path / "missing-dir" / "events.jsonl"))
+    broken.emit("x")
+    assert broken.broken and not broken.active
+
+
+def test_many_processes_append_without_interleaving(tmp_path):
+    path = str(tmp_path / "events.jsonl")
+    code = ("import sys; from tensorgauge.hook.channel import Channel; c = Channel(sys.argv[1]);\n"
+            "[c.emit('steps', seconds=[0.001] * 200, ends=[1.0] * 200) for _ in range(200)]")
+    procs = [subprocess.Popen([sys.executable, "-c", code, path]) for _ in range(4)]
+    assert all(p.wait() == 0 for p in procs)
+    events = EventReader(path).read_new()
+    assert len(events) == 800
+    assert all(len(e["seconds"]) == 200 for e in events)

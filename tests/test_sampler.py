@@ -1,0 +1,62 @@
+from tensorgauge.model import GpuReading
+from tensorgauge.sampler import PRIVATE_MEMORY_EVERY_SECONDS, Sampler
+from tensorgauge.sources import MemoryReading, TreeReading
+from tensorgauge.sources.nvml import NoGpus
+from tensorgauge.testing import FakeClock, FakeProcessTree, FakeSystem
+
+
+def reading(cpu, rss=100, threads=3):
+    return TreeReading(cpu_seconds=cpu, rss_bytes=rss, threads=threads, processes=1, read_bytes=0, write_bytes=0)
+
+
+def make(tree_readings, per_cpu=None, gpus=None):
+    clock = FakeClock(500.0)
+    tree = FakeProcessTree(readings=tree_readings, private=(80, 90))
+    system = FakeSystem(per_cpu=per_cpu or [], mem=MemoryReading(used_bytes=1, available_bytes=2, total_bytes=3))
+    return Sampler(tree, system, gpus or NoGpus(), clock, t0=500.0), clock, tree
+
+
+def test_cores_busy_is_cpu_delta_over_time_delta():
+    sampler, clock, _ = make([reading(1.0), reading(1.5), reading(2.5)])
+    first = sampler.sample()
+    assert first.t == 0.0 and first.cores_busy is None
+    clock.advance(0.25)
+    second = sampler.sample()
+    assert second.t == 0.25 and second.cores_busy == 2.0
+    clock.advance(1.0)
+    assert sampler.sample().cores_busy == 1.0
+
+
+def test_per_cpu_percent_from_cumulative_busy_total():
+    per_cpu = [[(10.0, 20.0), (5.0, 20.0)], [(10.5, 21.0), (5.0, 21.0)]]
+    sampler, clock, _ = make([reading(0), reading(0)], per_cpu=per_cpu)
+    assert sampler.sample().cpu_percent is None  # needs a previous reading
+    clock.advance(0.1)
+    assert sampler.sample().cpu_percent == [50.0, 0.0]
+
+
+def test_private_memory_is_read_only_every_few_seconds():
+    sampler, clock, tree = make([reading(0)] * 30)
+    results = []
+    for _ in range(30):
+        results.append(sampler.sample().uss_bytes)
+        clock.advance(0.5)
+    # 15 s of samples at 0.5 s: reads at 0, 5, 10 s
+    assert tree.private_calls == int(15 / PRIVATE_MEMORY_EVERY_SECONDS)
+    assert results[0] == 80 and results[1] is None and results[10] == 80
+
+
+def test_tree_gone_gives_none_and_memory_is_copied():
+    sampler, _, _ = make([reading(0)])
+    sample = sampler.sample()
+    assert sample.mem_used_bytes == 1 and sample.mem_available_bytes == 2
+    assert sampler.sample() is None
+
+
+def test_gpu_readings_are_attached():
+    class OneGpu:
+        def read(self):
+            return [GpuReading(index=0, util_percent=50.0)]
+
+    sampler, _, _ = make([reading(0)], gpus=OneGpu())
+    assert sampler.sample().gpus[0].util_percent == 50.0

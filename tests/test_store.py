@@ -1,0 +1,92 @@
+import sqlite3
+
+import pytest
+
+from tensorgauge.errors import StoreError, UnknownRunError
+from tensorgauge.model import Event, GpuReading, RunRecord, Sample
+from tensorgauge.store import SCHEMA_VERSION, Store
+
+
+def record(run_id, started="2026-01-01T00:00:00", name=None):
+    return RunRecord(run_id=run_id, command=["python", "x.py"], started_at=started, name=name)
+
+
+def test_round_trip_samples_events_and_record(tmp_path):
+    store = Store.open(tmp_path / "runs.db")
+    rec = record("20260101-000000-abcd", name="first")
+    store.save_run(rec)
+    samples = [Sample(t=0.1 * i, cpu_seconds=0.05 * i, cores_busy=0.5 if i else None, rss_bytes=1000 + i,
+                      threads=4, processes=1, cpu_percent=[10.0, 20.0],
+                      gpus=[GpuReading(index=0, util_percent=5.0)] if i == 2 else []) for i in range(3)]
+    events = [Event(t=0.2, pid=7, kind="phase_begin", data={"id": 1, "name": "fit"})]
+    store.add(rec.run_id, samples, events)
+    store.close()
+
+    again = Store.open(tmp_path / "runs.db", create=False)
+    assert again.run("first") == rec
+    assert again.samples(rec.run_id) == samples
+    assert again.events(rec.run_id) == events
+    assert again.peaks() == {rec.run_id: (1002, 3)}
+
+
+def test_refs_prefix_last_and_ambiguity(tmp_path):
+    store = Store.open(tmp_path / "runs.db")
+    store.save_run(record("20260101-000000-aaaa", "2026-01-01T00:00:00"))
+    store.save_run(record("20260101-000000-aabb", "2026-01-01T00:00:01"))
+    assert store.run("last").run_id == "20260101-000000-aabb"
+    assert store.run("20260101-000000-aaa").run_id == "20260101-000000-aaaa"
+    with pytest.raises(UnknownRunError, match="matches 2 runs"):
+        store.run("20260101")
+    with pytest.raises(UnknownRunError, match="no run 'zzz'"):
+        store.run("zzz")
+    with pytest.raises(UnknownRunError):
+        store.run("%")  # LIKE wildcards are literal
+
+
+def test_delete_removes_everything_of_one_run_only(tmp_path):
+    store = Store.open(tmp_path / "runs.db")
+    for run_id in ("a1", "b2"):
+        store.save_run(record(run_id))
+        store.add(run_id, [Sample(t=0, cpu_seconds=0, cores_busy=None, rss_bytes=1, threads=1, processes=1)], [])
+    store.delete_run("a1")
+    assert [r.run_id for r in store.runs()] == ["b2"]
+    assert store.samples("a1") == [] and len(store.samples("b2")) == 1
+
+
+def test_corrupt_file_is_a_clear_error_and_left_untouched(tmp_path):
+    path = tmp_path / "runs.db"
+    path.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StoreError, match="not a usable tensorgauge database"):
+        Store.open(path)
+    assert path.read_bytes() == b"this is not sqlite" * 100
+
+
+def test_newer_schema_is_refused(tmp_path):
+    path = tmp_path / "runs.db"
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(StoreError, match="upgrade tensorgauge"):
+        Store.open(path)
+
+
+def test_missing_store_without_create(tmp_path):
+    with pytest.raises(StoreError, match="no run store"):
+        Store.open(tmp_path / "none.db", create=False)
+    assert not (tmp_path / "none.db").exists()
+
+
+def test_unwritable_location(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(StoreError, match="cannot create the store's folder"):
+        Store.open(blocker / "sub" / "runs.db")
+    with pytest.raises(StoreError, match="is a directory"):
+        Store.open(tmp_path)
+
+
+def test_damaged_record_is_a_store_error(tmp_path):
+    store = Store.open(tmp_path / "runs.db")
+    store.conn.execute("INSERT INTO runs VALUES ('x', '2026', '{not json')")
+    with pytest.raises(StoreError, match="damaged run record"):
+        store.runs()

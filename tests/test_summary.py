@@ -1,0 +1,55 @@
+from tensorgauge.analyse.account import account
+from tensorgauge.analyse.phases import build_phases
+from tensorgauge.analyse.summary import summarise
+from tensorgauge.model import Event, GpuReading, RunRecord, Sample
+
+
+def run_record(**kw):
+    return RunRecord(run_id="r", command=["x"], started_at="2026", **kw)
+
+
+def test_exact_kernel_totals_win_over_samples():
+    samples = [Sample(t=0.1 * i, cpu_seconds=0.1 * i, cores_busy=1.0 if i else None, rss_bytes=100 * i,
+                      threads=i, processes=1, uss_bytes=50 if i == 1 else None) for i in range(5)]
+    summary = summarise(run_record(wall_seconds=0.5, cpu_seconds_total=0.6, rss_max_bytes=1000), samples)
+    assert summary.cpu_seconds == 0.6 and summary.cores_busy_mean == 1.2
+    assert summary.cores_busy_peak == 1.2  # never below the mean
+    assert summary.rss_peak_bytes == 1000 and summary.uss_peak_bytes == 50 and summary.threads_peak == 4
+
+
+def test_incomplete_run_uses_samples():
+    samples = [Sample(t=1.0, cpu_seconds=0.5, cores_busy=None, rss_bytes=10, threads=1, processes=1)]
+    summary = summarise(run_record(), samples)
+    assert summary.cpu_seconds == 0.5 and summary.cores_busy_mean == 0.5
+
+
+def test_gpu_summary():
+    samples = [Sample(t=i, cpu_seconds=0, cores_busy=None, rss_bytes=0, threads=0, processes=0,
+                      gpus=[GpuReading(index=0, name="A", util_percent=u, memory_used_bytes=m, memory_total_bytes=9,
+                                       power_watts=None)]) for i, (u, m) in enumerate([(10.0, 1), (30.0, 5)])]
+    (gpu,) = summarise(run_record(wall_seconds=2), samples).gpu
+    assert gpu == {"index": 0, "name": "A", "util_percent_mean": 20.0, "util_percent_peak": 30.0,
+                   "memory_used_peak_bytes": 5, "memory_total_bytes": 9, "power_watts_mean": None}
+
+
+def test_account_names_import_dominance_and_phase_cpu_contrast():
+    def ev(kind, t, pid_, **data):
+        return Event(t=t, pid=1, kind=kind, data={"id": pid_, **data})
+
+    events = [ev("phase_begin", 0.0, 1, name="import tensorflow", phase_kind="import", cpu=0.0),
+              ev("phase_end", 2.0, 1, cpu=2.0),
+              ev("phase_begin", 2.0, 2, name="fit", phase_kind="fit", cpu=2.0),
+              ev("phase_end", 2.5, 2, cpu=2.9),
+              ev("phase_begin", 2.5, 3, name="predict", phase_kind="predict", cpu=2.9),
+              ev("phase_end", 3.5, 3, cpu=3.1)]
+    phases = build_phases(events, [], end=3.8)
+    summary = summarise(run_record(wall_seconds=3.8, cpu_seconds_total=3.3), [])
+    text = "\n".join(account(phases, summary, 3.8, 2.0))
+    assert "Importing TensorFlow (2.00 s) took longer than training (500.0 ms)" in text
+    assert "fit kept 1.80 cores busy, predict only 0.20" in text
+    assert "outside any phase" not in text  # 0.3 s of 3.8 s is under the 10% line
+
+
+def test_account_without_phases():
+    summary = summarise(run_record(wall_seconds=1.0, cpu_seconds_total=0.5), [])
+    assert "No TensorFlow phases" in account([], summary, 1.0, None)[-1]
