@@ -93,6 +93,7 @@ class RunRecord:
     name: str | None = None
     cwd: str | None = None
     interval_seconds: float = 0.1
+    t0_monotonic: float | None = None  # the run's start on CLOCK_MONOTONIC, to align other logs
     wall_seconds: float | None = None
     exit_code: int | None = None
     signal: int | None = None

@@ -100,7 +100,7 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WAKE_SIGNALS)
     try:
         record = RunRecord(run_id=run_id, command=list(command), started_at=started_at, name=name,
-                           cwd=os.getcwd(), interval_seconds=interval_seconds,
+                           cwd=os.getcwd(), interval_seconds=interval_seconds, t0_monotonic=t0,
                            env={"host": host_fingerprint()})
         store.save_run(record)
         if on_start:

@@ -14,9 +14,12 @@ PRIVATE_MEMORY_EVERY_SECONDS = 5.0  # USS/PSS costs ~11 ms per process
 
 
 class Sampler:
-    def __init__(self, tree: ProcessTree, system: System, gpus: Gpus, clock: Clock, t0: float):
-        """``t0``: the run's start on ``clock``; samples carry ``t`` relative to it."""
+    def __init__(self, tree: ProcessTree, system: System, gpus: Gpus, clock: Clock, t0: float,
+                 cpu_baseline: float = 0.0):
+        """``t0``: the run's start on ``clock``; samples carry ``t`` relative to it.
+        ``cpu_baseline``: CPU the tree had used before the run began (in-process runs)."""
         self.tree, self.system, self.gpus, self.clock, self.t0 = tree, system, gpus, clock, t0
+        self.cpu_baseline = cpu_baseline
         self._last_cpu: tuple[float, float] | None = None  # (t, tree cpu seconds)
         self._last_per_cpu: list[tuple[float, float]] | None = None
         self._next_private = t0
@@ -29,10 +32,11 @@ class Sampler:
         if tree is None:
             return None
         t = now - self.t0
+        cpu = tree.cpu_seconds - self.cpu_baseline
         cores_busy = None
         if self._last_cpu is not None and t > self._last_cpu[0]:
-            cores_busy = max(0.0, (tree.cpu_seconds - self._last_cpu[1]) / (t - self._last_cpu[0]))
-        self._last_cpu = (t, tree.cpu_seconds)
+            cores_busy = max(0.0, (cpu - self._last_cpu[1]) / (t - self._last_cpu[0]))
+        self._last_cpu = (t, cpu)
 
         uss = pss = None
         if now >= self._next_private:
@@ -42,7 +46,7 @@ class Sampler:
         memory = self.system.memory()
         sample = Sample(
             t=t,
-            cpu_seconds=tree.cpu_seconds,
+            cpu_seconds=cpu,
             cores_busy=cores_busy,
             rss_bytes=tree.rss_bytes,
             threads=tree.threads,

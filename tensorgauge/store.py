@@ -57,8 +57,9 @@ class Store:
         self.conn, self.path = conn, path
 
     @classmethod
-    def open(cls, path: str | os.PathLike | None = None, create: bool = True) -> Store:
-        """Open (and create, if ``create``) the store; any problem is a :class:`StoreError`."""
+    def open(cls, path: str | os.PathLike | None = None, create: bool = True, threads: bool = False) -> Store:
+        """Open (and create, if ``create``) the store; any problem is a :class:`StoreError`.
+        ``threads``: the connection will be used from another thread (one at a time)."""
         path = Path(path) if path is not None else default_store_path()
         if path.is_dir():
             raise StoreError(f"store {path} is a directory, not a database file")
@@ -70,7 +71,7 @@ class Store:
             except OSError as exc:
                 raise StoreError(f"cannot create the store's folder {path.parent}: {exc.strerror}") from None
         try:
-            conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
+            conn = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=not threads)
             conn.execute("PRAGMA busy_timeout = 30000")
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:

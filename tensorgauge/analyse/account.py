@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tensorgauge.analyse.phases import top_level
-from tensorgauge.model import Phase, Summary
+from tensorgauge.model import Event, Phase, Summary
 from tensorgauge.units import format_bytes, format_seconds, format_share
 
 
@@ -23,7 +23,18 @@ def _kind_totals(phases: list[Phase], kind: str) -> tuple[float, float, int]:
     return wall, cpu, count
 
 
-def account(phases: list[Phase], summary: Summary, wall_seconds: float, cores_allowed: float | None) -> list[str]:
+def shutdown(events: list[Event], cpu_total: float, wall_seconds: float) -> tuple[float, float] | None:
+    """(wall, CPU-s) from the job's ``exit`` event (its last atexit handler) to
+    the process's end; only for a single hooked process, where it is exact."""
+    exits = [e for e in events if e.kind == "exit"]
+    pids = {e.pid for e in events}
+    if len(exits) != 1 or len(pids) != 1 or exits[0].data.get("cpu") is None:
+        return None
+    return max(0.0, wall_seconds - exits[0].t), max(0.0, cpu_total - exits[0].data["cpu"])
+
+
+def account(phases: list[Phase], summary: Summary, wall_seconds: float, cores_allowed: float | None,
+            events: list[Event] = ()) -> list[str]:
     """Sentences, most telling first."""
     lines: list[str] = []
     if wall_seconds <= 0:
@@ -68,6 +79,10 @@ def account(phases: list[Phase], summary: Summary, wall_seconds: float, cores_al
         lines.append(f"{format_seconds(outside_wall)} ({format_share(outside_wall, wall_seconds)}) and "
                      f"{max(outside_cpu, 0.0):.2f} CPU-s were outside any phase: the interpreter's start, "
                      "other imports and your own code between TensorFlow calls.")
+    teardown = shutdown(events, summary.cpu_seconds, wall_seconds)
+    if teardown and teardown[1] > 0.1 * summary.cpu_seconds:
+        lines.append(f"After the job's last line, shutting Python and TensorFlow down took "
+                     f"{format_seconds(teardown[0])} and {teardown[1]:.2f} CPU-s.")
     incomplete = [p for p in phases if not p.complete]
     if incomplete:
         lines.append(f"The job ended inside '{incomplete[-1].name}': its figures run to the job's end.")

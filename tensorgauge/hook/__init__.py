@@ -18,14 +18,19 @@ def install() -> None:
     if _installed:
         return
     _installed = True
+    import atexit
     import sys
 
+    from tensorgauge.hook.channel import channel
     from tensorgauge.hook.imports import WATCHED, ImportWatcher
     from tensorgauge.hook.patches import on_imported
 
     loaded = [name for name in WATCHED if name in sys.modules]
     for name in loaded:  # imported before us (tensorgauge.monitor() in a notebook)
         on_imported(name, sys.modules[name])
+    # Registered first, so it runs after the job's own atexit handlers: what the
+    # kernel counts after this event is interpreter and TensorFlow shutdown.
+    atexit.register(lambda: channel().emit("exit"))
     watcher = ImportWatcher(on_imported, [n for n in WATCHED if n not in loaded])
     if watcher.watched:
         watcher.install()

@@ -1,8 +1,9 @@
 """Facts about the job's own Python and TensorFlow, sent once TF has loaded.
 
-Runs inside the job right after ``import tensorflow`` finishes (outside the
-import phase), so it never delays the job's start; everything it calls is
-cheap once TF is loaded and none of it initialises a GPU.
+Runs inside the job in a daemon thread started when ``import tensorflow``
+finishes, so it never delays the job; nothing it calls initialises a GPU or
+fixes TensorFlow's configuration (listing physical devices leaves memory
+growth and visible devices settable).
 """
 
 from __future__ import annotations

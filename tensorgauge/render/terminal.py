@@ -108,5 +108,5 @@ def render_run(console: Console, report: RunReport) -> None:
         console.print(phase_table(report.phases, wall))
     console.print()
     cores_allowed = (r.env.get("host") or {}).get("cores_allowed")
-    for line in account(report.phases, s, wall, cores_allowed):
+    for line in account(report.phases, s, wall, cores_allowed, report.events):
         console.print(f"• {escape(line)}")
