@@ -24,7 +24,7 @@ from tensorgauge.sampler import Sampler
 from tensorgauge.sources.clock import MonotonicClock
 from tensorgauge.sources.fingerprint import host_fingerprint
 from tensorgauge.sources.nvml import open_gpus
-from tensorgauge.sources.process_tree import PsutilProcessTree
+from tensorgauge.sources.process_tree import ProcfsProcessTree
 from tensorgauge.sources.system import PsutilSystem
 from tensorgauge.store import Store
 
@@ -53,8 +53,8 @@ class monitor:
             cwd=os.getcwd(), interval_seconds=self.interval_seconds, t0_monotonic=self._t0,
             env={"host": host_fingerprint()})
         self._store.save_run(self._record)
-        self._recorder = Recorder(self._store, self._record, self._t0)
-        tree = PsutilProcessTree(os.getpid())
+        self._recorder = Recorder(self._store, self._record, self._t0, clock)
+        tree = ProcfsProcessTree(os.getpid())
         first = tree.read()
         self._sampler = Sampler(tree, PsutilSystem(), open_gpus(), clock, self._t0,
                                 cpu_baseline=first.cpu_seconds if first else 0.0)
@@ -64,10 +64,10 @@ class monitor:
         self._thread.start()
         return self
 
-    def _tick(self) -> None:
+    def _tick(self, force: bool = False) -> None:
         with self._lock:
             sample = self._sampler.sample()
-            self._recorder.flush([sample] if sample else [], self._reader.read_new())
+            self._recorder.add([sample] if sample else [], self._reader.read_new(), force=force)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_seconds):
@@ -79,7 +79,7 @@ class monitor:
     def __exit__(self, exc_type, exc, tb) -> bool:
         self._stop.set()
         self._thread.join()
-        self._tick()
+        self._tick(force=True)
         record = self._record
         record.wall_seconds = self._sampler.clock.now() - self._t0
         record.cpu_seconds_total = process_cpu_seconds() - self._cpu0

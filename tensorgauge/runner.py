@@ -29,7 +29,7 @@ from tensorgauge.sources import cgroup
 from tensorgauge.sources.clock import MonotonicClock
 from tensorgauge.sources.fingerprint import host_fingerprint
 from tensorgauge.sources.nvml import open_gpus
-from tensorgauge.sources.process_tree import PsutilProcessTree
+from tensorgauge.sources.process_tree import ProcfsProcessTree
 from tensorgauge.sources.system import PsutilSystem
 from tensorgauge.store import Store
 
@@ -105,12 +105,12 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
         store.save_run(record)
         if on_start:
             on_start(record)
-        recorder = Recorder(store, record, t0)
-        sampler = Sampler(PsutilProcessTree(child.pid), PsutilSystem(), open_gpus(), clock, t0)
+        recorder = Recorder(store, record, t0, clock)
+        sampler = Sampler(ProcfsProcessTree(child.pid), PsutilSystem(), open_gpus(), clock, t0)
         reader = hook_channel.EventReader(events_path)
         status, rusage = _monitor(child.pid, sampler, recorder, reader, clock, t0, interval_seconds)
         end = clock.now()
-        recorder.flush([], reader.read_new())
+        recorder.add([], reader.read_new(), force=True)
         sampler.gpus.close()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
@@ -144,7 +144,7 @@ def _monitor(pid, sampler, recorder, reader, clock, t0, interval_seconds):
         if waited_pid == pid:
             return status, rusage
         sample = sampler.sample()
-        recorder.flush([sample] if sample else [], reader.read_new())
+        recorder.add([sample] if sample else [], reader.read_new())
         deadline += interval_seconds
         now = clock.now()
         if deadline < now:  # we fell behind (a stopped machine): do not burst

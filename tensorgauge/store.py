@@ -42,6 +42,8 @@ CREATE INDEX IF NOT EXISTS events_run ON events (run_id, t);
 _SAMPLE_COLUMNS = ("t", "cpu_seconds", "cores_busy", "rss_bytes", "threads", "processes",
                    "read_bytes", "write_bytes", "uss_bytes", "pss_bytes", "mem_used_bytes",
                    "mem_available_bytes", "cpu_percent", "gpus")
+_INSERT_SAMPLE = (f"INSERT INTO samples (run_id, {', '.join(_SAMPLE_COLUMNS)}) "
+                  f"VALUES (?{', ?' * len(_SAMPLE_COLUMNS)})")
 
 
 def default_store_path() -> Path:
@@ -113,13 +115,12 @@ class Store:
         try:
             with self.conn:
                 self.conn.execute("BEGIN")
-                self.conn.executemany(
-                    f"INSERT INTO samples (run_id, {', '.join(_SAMPLE_COLUMNS)}) "
-                    f"VALUES (?{', ?' * len(_SAMPLE_COLUMNS)})",
-                    [(run_id, *_sample_row(s)) for s in samples])
-                self.conn.executemany(
-                    "INSERT INTO events (run_id, t, pid, kind, data) VALUES (?, ?, ?, ?, ?)",
-                    [(run_id, e.t, e.pid, e.kind, json.dumps(e.data)) for e in events])
+                if samples:
+                    self.conn.executemany(_INSERT_SAMPLE, [(run_id, *_sample_row(s)) for s in samples])
+                if events:
+                    self.conn.executemany(
+                        "INSERT INTO events (run_id, t, pid, kind, data) VALUES (?, ?, ?, ?, ?)",
+                        [(run_id, e.t, e.pid, e.kind, json.dumps(e.data)) for e in events])
         except sqlite3.Error as exc:
             raise StoreError(f"cannot write to store {self.path}: {exc}") from None
 

@@ -29,7 +29,10 @@ class FakeProcessTree:
     private: tuple[int | None, int | None] = (None, None)
     private_calls: int = 0
 
-    def read(self) -> TreeReading | None:
+    io_requests: list[bool] = field(default_factory=list)
+
+    def read(self, io: bool = True) -> TreeReading | None:
+        self.io_requests.append(io)
         return self.readings.pop(0) if self.readings else None
 
     def read_private(self):

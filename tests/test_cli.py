@@ -56,12 +56,12 @@ def test_signal_death_gives_128_plus_n(store_path):
 def test_process_tree_includes_children(store_path):
     code = ("import subprocess, sys\n"
             "subprocess.run([sys.executable, '-c', 'import time\\nt=time.time()\\n"
-            "while time.time()-t < 0.8: pass'])")
+            "while time.time()-t < 1.5: pass'])")
     assert main(["run", "-q", "--", PY, "-c", code]) == 0
     store = Store.open(store_path)
     record = store.run("last")
     assert max(s.processes for s in store.samples(record.run_id)) == 2
-    assert record.cpu_seconds_total > 0.6  # the child's CPU counts
+    assert record.cpu_seconds_total > 1.2  # the child's CPU counts
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -60,3 +60,13 @@ def test_gpu_readings_are_attached():
 
     sampler, _, _ = make([reading(0)], gpus=OneGpu())
     assert sampler.sample().gpus[0].util_percent == 50.0
+
+
+def test_slow_readings_once_a_second():
+    sampler, clock, tree = make([reading(0)] * 12)
+    memory = []
+    for _ in range(12):
+        memory.append(sampler.sample().mem_used_bytes)
+        clock.advance(0.1)
+    assert tree.io_requests == [i in (0, 10) for i in range(12)]
+    assert [m is not None for m in memory] == tree.io_requests

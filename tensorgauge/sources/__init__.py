@@ -38,8 +38,8 @@ class Clock(Protocol):
 
 
 class ProcessTree(Protocol):
-    def read(self) -> TreeReading | None:
-        """Cumulative CPU, RSS, threads and I/O of the tree; None once it is gone."""
+    def read(self, io: bool = True) -> TreeReading | None:
+        """Cumulative CPU, RSS, threads (and I/O when ``io``) of the tree; None once it is gone."""
 
     def read_private(self) -> tuple[int | None, int | None]:
         """(USS, PSS) of the tree: expensive, called every few seconds."""
