@@ -14,8 +14,15 @@ $(VENV)/.installed-demo: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[tensorflow,gpu]"
 	touch $@
 
+# "2.21.*" for the TensorFlow installed (tensorflow-cpu on x86-64, tensorflow elsewhere)
+TF_MINOR = import importlib.metadata as m; d = {x.metadata["Name"].lower(): x.version for x in m.distributions()}; \
+	print(".".join((d.get("tensorflow-cpu") or d["tensorflow"]).split(".")[:2]) + ".*")
+
+# tf-keras (legacy tf.keras, for its tests) requires the package `tensorflow`, which
+# would install a second TensorFlow over tensorflow-cpu: take it without dependencies.
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[tensorflow,gpu,dev]"
+	$(BIN)/python -m pip install --quiet --no-deps "tf-keras==$$($(BIN)/python -c '$(TF_MINOR)')"
 	touch $@
 
 demo: $(VENV)/.installed-demo

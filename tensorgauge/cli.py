@@ -76,6 +76,9 @@ def _record(args, command: list[str], name: str | None) -> int:
 
     result = run(command, store, interval_seconds=args.interval, name=name,
                  hook=not getattr(args, "no_hook", False), on_start=started)
+    if result.warning:
+        err.print(f"tensorgauge: warning: {result.warning}")
+        return result.exit_code
     report = RunReport.load(store, result.record.run_id)
     if getattr(args, "json", None):
         _write_json(report, args.json)

@@ -94,6 +94,7 @@ class RunRecord:
     cwd: str | None = None
     interval_seconds: float = 0.1
     t0_monotonic: float | None = None  # the run's start on CLOCK_MONOTONIC, to align other logs
+    tree_source: str | None = None  # how the process tree was read: "cgroup" or "procfs"
     wall_seconds: float | None = None
     exit_code: int | None = None
     signal: int | None = None

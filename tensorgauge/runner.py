@@ -10,6 +10,7 @@ Every tick's samples and the hook's events are committed to the store.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
 import secrets
 import shutil
@@ -29,13 +30,14 @@ from tensorgauge.sources import cgroup
 from tensorgauge.sources.clock import MonotonicClock
 from tensorgauge.sources.fingerprint import host_fingerprint
 from tensorgauge.sources.nvml import open_gpus
-from tensorgauge.sources.process_tree import ProcfsProcessTree
+from tensorgauge.sources.process_tree import CgroupProcessTree, ProcfsProcessTree, read_stat
 from tensorgauge.sources.system import PsutilSystem
 from tensorgauge.store import Store
 
 HOOK_SITE_DIR = Path(__file__).parent / "hook" / "_site"
 RUN_ID_ENV = "TENSORGAUGE_RUN_ID"
 NO_HOOK_ENV = "TENSORGAUGE_NO_HOOK"
+NO_CGROUP_ENV = "TENSORGAUGE_NO_CGROUP"  # sample through /proc even where a cgroup could be made
 
 _WAKE_SIGNALS = (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _SI_KERNEL = 0x80  # si_code of a signal the terminal generated (Ctrl-C, Ctrl-\)
@@ -45,6 +47,7 @@ _SI_KERNEL = 0x80  # si_code of a signal the terminal generated (Ctrl-C, Ctrl-\)
 class RunResult:
     record: RunRecord
     exit_code: int  # what ``tensorgauge run`` exits with
+    warning: str | None = None  # recording stopped early (a full disk, a bug): the job ran on
 
 
 def new_run_id() -> str:
@@ -88,7 +91,6 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     events_fd, events_path = tempfile.mkstemp(prefix=f"tensorgauge-{run_id}-", suffix=".jsonl")
     os.close(events_fd)
     clock = MonotonicClock()
-    oom_before = cgroup.oom_kill_count(cgroup.cgroup_paths())
 
     t0 = clock.now()
     started_at = dt.datetime.now().astimezone().isoformat(timespec="milliseconds")
@@ -98,53 +100,94 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
         os.unlink(events_path)
         raise TensorgaugeError(f"cannot start {command[0]}: {exc.strerror}") from None
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WAKE_SIGNALS)
+    tree, group = watch_tree(child.pid, run_id)
+    oom_count = group.oom_kills if group else functools.partial(cgroup.oom_kill_count,
+                                                                  cgroup.cgroup_paths(child.pid))
+    oom_before = oom_count()
     try:
         record = RunRecord(run_id=run_id, command=list(command), started_at=started_at, name=name,
                            cwd=os.getcwd(), interval_seconds=interval_seconds, t0_monotonic=t0,
-                           env={"host": host_fingerprint()})
+                           tree_source="cgroup" if group else "procfs", env={"host": host_fingerprint()})
         store.save_run(record)
         if on_start:
             on_start(record)
         recorder = Recorder(store, record, t0, clock)
-        sampler = Sampler(ProcfsProcessTree(child.pid), PsutilSystem(), open_gpus(), clock, t0)
+        sampler = Sampler(tree, PsutilSystem(), open_gpus(), clock, t0)
         reader = hook_channel.EventReader(events_path)
-        status, rusage = _monitor(child.pid, sampler, recorder, reader, clock, t0, interval_seconds)
+
+        def tick(force: bool = False) -> None:
+            sample = None if force else sampler.sample()
+            recorder.add([sample] if sample else [], reader.read_new(), force=force)
+
+        status, rusage, warning = _monitor(child.pid, tick, clock, t0, interval_seconds)
         end = clock.now()
-        recorder.add([], reader.read_new(), force=True)
         sampler.gpus.close()
+        if warning is None:
+            try:
+                tick(force=True)
+            except Exception as exc:
+                warning = f"the last samples were not saved ({exc})"
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        oom_after = oom_count()
+        # The cgroup also counts children the job left running (rusage only has waited-for ones).
+        group_cpu = (group.cpu_seconds() or 0.0) + tree.cpu_before_seconds if group else 0.0
+        if group:
+            group.remove()  # fails, harmlessly, while a daemon the job left behind lives on
         try:
             os.unlink(events_path)
         except OSError:
             pass
 
     record.wall_seconds = end - t0
-    record.cpu_seconds_total = rusage.ru_utime + rusage.ru_stime
+    record.cpu_seconds_total = max(rusage.ru_utime + rusage.ru_stime, group_cpu)
     record.rss_max_bytes = rusage.ru_maxrss * 1024  # Linux reports KiB
     record.complete = True
     if os.WIFSIGNALED(status):
         record.signal = os.WTERMSIG(status)
         exit_code = 128 + record.signal
-        oom_after = cgroup.oom_kill_count(cgroup.cgroup_paths())
         record.oom_killed = (record.signal == signal.SIGKILL and oom_before is not None
                              and oom_after is not None and oom_after > oom_before)
     else:
         record.exit_code = os.WEXITSTATUS(status)
         exit_code = record.exit_code
-    store.save_run(record)
-    return RunResult(record=record, exit_code=exit_code)
+    try:
+        store.save_run(record)
+    except Exception as exc:
+        warning = warning or f"the run's end was not saved ({exc})"
+    return RunResult(record=record, exit_code=exit_code, warning=warning)
 
 
-def _monitor(pid, sampler, recorder, reader, clock, t0, interval_seconds):
-    """Sample every ``interval_seconds`` until the child ends; returns (status, rusage)."""
+def watch_tree(pid: int, run_id: str):
+    """The job's tree as a cgroup of its own where permitted, else through /proc."""
+    if not os.environ.get(NO_CGROUP_ENV):
+        group = cgroup.JobCgroup.create(f"tensorgauge-{run_id}")
+        if group is not None:
+            before = read_stat(pid)  # the few ms the job ran before joining
+            if group.add(pid):
+                return CgroupProcessTree(group, before[0] if before else 0.0), group
+            group.remove()
+    return ProcfsProcessTree(pid), None
+
+
+def _monitor(pid, tick, clock, t0, interval_seconds):
+    """Call ``tick`` every ``interval_seconds`` until the child ends.
+
+    Returns (status, rusage, warning). If a tick fails (the store's disk is
+    full, a bug), recording stops but the job is still waited for, and its
+    signals forwarded, so ``run`` still ends with the job's own exit code.
+    """
     deadline = t0
+    warning = None
     while True:
         waited_pid, status, rusage = os.wait4(pid, os.WNOHANG)
         if waited_pid == pid:
-            return status, rusage
-        sample = sampler.sample()
-        recorder.add([sample] if sample else [], reader.read_new())
+            return status, rusage, warning
+        if warning is None:
+            try:
+                tick()
+            except Exception as exc:
+                warning = f"recording stopped at {clock.now() - t0:.1f} s ({exc}); the job ran on"
         deadline += interval_seconds
         now = clock.now()
         if deadline < now:  # we fell behind (a stopped machine): do not burst
@@ -156,7 +199,7 @@ def _monitor(pid, sampler, recorder, reader, clock, t0, interval_seconds):
             if info.si_signo == signal.SIGCHLD:
                 waited_pid, status, rusage = os.wait4(pid, os.WNOHANG)
                 if waited_pid == pid:
-                    return status, rusage
+                    return status, rusage, warning
             elif not (info.si_code == _SI_KERNEL and info.si_signo in (signal.SIGINT, signal.SIGQUIT)):
                 # Sent to the monitor alone (kill, a scheduler): pass it on.
                 try:

@@ -129,3 +129,18 @@ def test_concurrent_writer_does_not_break_reads(store_path):
     assert main(["run", "-q", "--", "true"]) == 0
     conn = sqlite3.connect(store_path)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_a_failing_store_stops_recording_not_the_job(store_path, capsys, monkeypatch):
+    from tensorgauge.errors import StoreError
+    from tensorgauge.store import Store as RealStore
+
+    def full_disk(self, *args, **kwargs):
+        raise StoreError("database or disk is full")
+
+    monkeypatch.setattr(RealStore, "add", full_disk)
+    assert main(["run", "--", PY, "-c", "import time, sys; time.sleep(0.3); sys.exit(4)"]) == 4
+    err = capsys.readouterr().err
+    assert "warning: recording stopped" in err and "disk is full" in err and "Traceback" not in err
+    record = RealStore.open(store_path).run("last")
+    assert record.exit_code == 4 and record.complete

@@ -60,3 +60,56 @@ def test_tree_of_an_ended_process_is_none():
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
     assert ProcfsProcessTree(proc.pid).read() is None
+
+
+def test_cgroup_tree_reads_counters_not_threads(tmp_path):
+    from tensorgauge.sources.cgroup import JobCgroup
+    from tensorgauge.sources.process_tree import CgroupProcessTree
+
+    (tmp_path / "cpuacct.usage").write_text("2500000000\n")  # ns
+    (tmp_path / "cgroup.procs").write_text(f"{os.getpid()}\n")
+    (tmp_path / "tasks").write_text(f"{os.getpid()}\n1\n2\n")
+    tree = CgroupProcessTree(JobCgroup(tmp_path, None, unified=False), cpu_before_seconds=0.25)
+    reading = tree.read(io=False)
+    assert reading.cpu_seconds == 2.75 and reading.processes == 1 and reading.threads == 3
+    assert reading.rss_bytes == pytest.approx(psutil.Process().memory_info().rss, rel=0.05)
+    (tmp_path / "cpuacct.usage").write_text("1000000000\n")  # never goes backwards
+    assert tree.read().cpu_seconds == 2.75
+    (tmp_path / "cgroup.procs").write_text("")
+    assert tree.read() is None
+
+
+def test_cgroup_v2_counters(tmp_path):
+    from tensorgauge.sources.cgroup import JobCgroup
+
+    (tmp_path / "cpu.stat").write_text("usage_usec 1500000\nuser_usec 1000000\nsystem_usec 500000\n")
+    (tmp_path / "cgroup.threads").write_text("10\n11\n")
+    (tmp_path / "memory.events").write_text("oom 0\noom_kill 2\n")
+    group = JobCgroup(tmp_path, tmp_path, unified=True)
+    assert group.cpu_seconds() == 1.5 and group.threads() == 2 and group.oom_kills() == 2
+
+
+def test_runner_samples_through_a_real_cgroup_where_permitted(store_path):
+    from tensorgauge.cli import main
+    from tensorgauge.sources.cgroup import JobCgroup, cgroup_paths
+    from tensorgauge.store import Store
+
+    probe = JobCgroup.create("tensorgauge-probe")
+    if probe is None:
+        pytest.skip("cgroups are not writable here: the /proc path is used (tested above)")
+    probe.remove()
+    code = ("import subprocess, sys, time\n"
+            "subprocess.Popen([sys.executable, '-c', 'import time\\nt = time.time()\\nwhile time.time() - t < 1: pass'])\n"
+            "t = time.time()\nwhile time.time() - t < 1: pass\n")
+    assert main(["run", "-q", "--", sys.executable, "-c", code]) == 0
+    store = Store.open(store_path)
+    record = store.run("last")
+    samples = store.samples(record.run_id)
+    assert record.tree_source == "cgroup"
+    assert max(s.processes for s in samples) == 2  # the child escaped no one: it is in the cgroup
+    # The job did not wait for its child: the kernel's rusage misses the child's CPU,
+    # the cgroup does not. The run's total counts both busy seconds.
+    assert record.cpu_seconds_total == pytest.approx(2.0, abs=0.25)
+    assert samples[-1].cpu_seconds <= record.cpu_seconds_total
+    paths = cgroup_paths()
+    assert not ((paths.unified or paths.cpuacct) / f"tensorgauge-{record.run_id}").exists()  # removed

@@ -131,3 +131,31 @@ def test_hook_does_not_change_results(tg_cmd, store_path):
     hooked = record(tg_cmd, PY, "-c", code).stdout
     bare = subprocess.run([PY, "-c", code], capture_output=True, text=True, check=True).stdout
     assert hooked == bare and "[" in hooked
+
+
+def test_monitor_in_process_with_an_explicit_callback(tmp_path):
+    store_path = tmp_path / "runs.db"
+    result = subprocess.run([PY, str(JOBS / "in_process.py"), "nb", str(store_path)],
+                            capture_output=True, text=True, check=True)
+    run_id = result.stdout.strip().splitlines()[-1]
+    report = RunReport.load(Store.open(store_path), run_id)
+    assert report.record.name == "nb" and report.record.complete and report.record.exit_code == 0
+    # keras was imported before monitor(): patched on entry; the explicit callback is not doubled.
+    assert [(p.name, p.kind) for p in report.phases if p.parent is None] == [
+        ("prepare", "custom"), ("fit", "fit"), ("predict", "predict")]
+    fit_index = next(i for i, p in enumerate(report.phases) if p.kind == "fit")
+    assert [p.name for p in report.phases if p.parent == fit_index] == ["epoch 1", "epoch 2"]
+    assert report.phases[fit_index].steps == 20
+    assert len(report.samples) >= 1 and report.summary.cpu_seconds > 0
+
+
+def test_legacy_tf_keras(store_path, tg_cmd, monkeypatch):
+    pytest.importorskip("tf_keras", reason="tf_keras is not installed (extra [dev])")
+    monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
+    record(tg_cmd, PY, str(JOBS / "legacy_tf_keras.py"))
+    report = RunReport.load(Store.open(store_path), "last")
+    top = [(p.kind, p.name) for p in report.phases if p.parent is None]
+    assert [k for k, _ in top] == ["import", "fit", "save", "load", "predict"], top
+    fit_index = next(i for i, p in enumerate(report.phases) if p.kind == "fit")
+    epochs = [p for p in report.phases if p.parent == fit_index]
+    assert [p.name for p in epochs] == ["epoch 1", "epoch 2"] and all(p.steps == 6 for p in epochs)

@@ -62,6 +62,8 @@ def make_callback_class(base):
         """Records fit/evaluate/predict phases, epochs and every step for tensorgauge."""
 
         _tensorgauge = True
+        # We never read logs: tf_keras need not turn them into numpy each batch.
+        _supports_tf_logs = True
 
         def __init__(self):
             super().__init__()

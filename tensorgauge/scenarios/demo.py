@@ -11,7 +11,8 @@ import sys
 import tempfile
 
 
-def main(epochs: int = 4) -> int:
+def main(epochs: int | None = None) -> int:
+    epochs = epochs or int(os.environ.get("TENSORGAUGE_DEMO_EPOCHS", "4"))
     import numpy as np
     import tensorflow as tf
 

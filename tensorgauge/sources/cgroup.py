@@ -20,6 +20,7 @@ class CgroupPaths:
 
     unified: Path | None = None
     cpu: Path | None = None
+    cpuacct: Path | None = None
     memory: Path | None = None
 
 
@@ -42,7 +43,7 @@ def cgroup_paths(pid: int | str = "self", root: str = "/") -> CgroupPaths:
                 paths.unified = candidate
             continue
         for controller in controllers.split(","):
-            if controller in ("cpu", "memory"):
+            if controller in ("cpu", "cpuacct", "memory"):
                 mount = base / "sys/fs/cgroup" / controller
                 if not mount.exists():
                     mount = base / "sys/fs/cgroup" / controllers
@@ -118,3 +119,115 @@ def cores_allowed(paths: CgroupPaths | None = None) -> float:
     cores = float(len(allowed_cpus()))
     quota = cpu_quota_cores(paths if paths is not None else cgroup_paths())
     return min(cores, quota) if quota else cores
+
+
+def _sweep_empty(paths: CgroupPaths, prefix: str) -> None:
+    """Remove empty cgroups left by monitors that were killed (rmdir refuses non-empty ones)."""
+    for parent in {paths.unified, paths.cpuacct, paths.memory} - {None}:
+        try:
+            stale = [p for p in parent.iterdir() if p.name.startswith(prefix) and p.is_dir()]
+        except OSError:
+            continue
+        for folder in stale:
+            if not _read(folder / "cgroup.procs"):
+                try:
+                    folder.rmdir()
+                except OSError:
+                    pass
+
+
+class JobCgroup:
+    """A cgroup of the job's own, made under the monitor's, where the kernel permits.
+
+    Reading the job's CPU here (``cpuacct.usage`` / ``cpu.stat``: per-CPU sums,
+    nanoseconds) costs the job nothing, whereas reading ``/proc/PID/stat`` of a
+    multi-threaded process locks the run queue of each of its running threads:
+    measured, that slowed a 2-core Keras fit by 1.7% at 10 samples a second.
+    Membership (``cgroup.procs``) is the job's whole tree, orphans included.
+    """
+
+    def __init__(self, cpu_dir: Path, memory_dir: Path | None, unified: bool):
+        self.cpu_dir, self.memory_dir, self.unified = cpu_dir, memory_dir, unified
+
+    @classmethod
+    def create(cls, name: str, paths: CgroupPaths | None = None) -> JobCgroup | None:
+        """Make the cgroup; None where cgroups are missing or not writable."""
+        paths = paths if paths is not None else cgroup_paths()
+        _sweep_empty(paths, name.split("-", 1)[0] + "-")
+        made: list[Path] = []
+        try:
+            if paths.unified is not None:
+                folder = paths.unified / name
+                folder.mkdir()
+                return cls(folder, folder, unified=True)
+            if paths.cpuacct is None:
+                return None
+            cpu_dir = paths.cpuacct / name
+            cpu_dir.mkdir()
+            made.append(cpu_dir)
+            memory_dir = None
+            if paths.memory is not None:
+                memory_dir = paths.memory / name
+                memory_dir.mkdir()
+                made.append(memory_dir)
+            return cls(cpu_dir, memory_dir, unified=False)
+        except OSError:
+            for folder in made:
+                try:
+                    folder.rmdir()
+                except OSError:
+                    pass
+            return None
+
+    def _dirs(self) -> list[Path]:
+        return [d for d in dict.fromkeys([self.cpu_dir, self.memory_dir]) if d is not None]
+
+    def add(self, pid: int) -> bool:
+        """Move a process (and its threads) in; False if the kernel refused."""
+        try:
+            for folder in self._dirs():
+                (folder / "cgroup.procs").write_text(str(pid))
+        except OSError:
+            return False
+        return True
+
+    def cpu_seconds(self) -> float | None:
+        """User+system CPU of everything that ran in the cgroup."""
+        if self.unified:
+            for line in (_read(self.cpu_dir / "cpu.stat") or "").splitlines():
+                key, _, value = line.partition(" ")
+                if key == "usage_usec":
+                    return int(value) / 1e6
+            return None
+        text = _read(self.cpu_dir / "cpuacct.usage")
+        return int(text) / 1e9 if text else None
+
+    def pids(self) -> list[int]:
+        text = _read(self.cpu_dir / "cgroup.procs")
+        return [int(p) for p in text.split()] if text else []
+
+    def threads(self) -> int | None:
+        text = _read(self.cpu_dir / ("cgroup.threads" if self.unified else "tasks"))
+        return len(text.split()) if text is not None else None
+
+    def oom_kills(self) -> int | None:
+        if self.memory_dir is None:
+            return None
+        return oom_kill_count(CgroupPaths(unified=self.memory_dir) if self.unified
+                              else CgroupPaths(memory=self.memory_dir))
+
+    def remove(self) -> bool:
+        """Remove the cgroup. Processes the job left running move to the parent
+        cgroup first (they live on, unwatched). False if the kernel refused."""
+        ok = True
+        for folder in self._dirs():
+            for pid in (_read(folder / "cgroup.procs") or "").split():
+                try:
+                    (folder.parent / "cgroup.procs").write_text(pid)
+                except OSError:
+                    pass  # it ended meanwhile
+            try:
+                folder.rmdir()
+            except OSError:
+                ok = False
+        return ok

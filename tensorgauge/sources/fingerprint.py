@@ -74,9 +74,24 @@ def host_fingerprint(environ: dict[str, str] | None = None) -> dict:
         "os_release": _os_release(),
         "kernel": platform.release(),
         "machine": platform.machine(),
+        "nvidia_driver": nvidia_driver_version(),
         "monitor_python": sys.version.split()[0],
         "env_vars": {k: environ[k] for k in TF_RELEVANT_ENV if k in environ},
     }
+
+
+def nvidia_driver_version(path: str = "/proc/driver/nvidia/version") -> str | None:
+    """The loaded NVIDIA kernel driver's version (no NVML needed); None without one."""
+    try:
+        with open(path) as f:
+            first = f.readline()
+    except OSError:
+        return None
+    # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 ..."
+    for word in first.split():
+        if word.count(".") >= 1 and word.replace(".", "").isdigit():
+            return word
+    return None
 
 
 def _os_release() -> str | None:

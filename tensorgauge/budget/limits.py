@@ -1,0 +1,95 @@
+"""Parsing and checking a budget (pure: no I/O)."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass
+
+from tensorgauge.errors import TensorgaugeError
+
+# Below this, not even the interpreter starts (Python alone ~10 MiB RSS; with
+# TensorFlow imported ~500 MiB).
+INTERPRETER_FLOOR_BYTES = 64 << 20
+SOFT_LINE = 0.9  # at this share of the memory budget the job is asked to stop
+BUDGET_EXIT_CODE = 75  # EX_TEMPFAIL: stopped by the budget, resumable
+
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
+          "g": 1000**3, "gb": 1000**3, "gib": 1024**3, "t": 1000**4, "tb": 1000**4, "tib": 1024**4}
+
+
+@dataclass
+class Budget:
+    max_memory_bytes: int | None = None
+    max_cpus: float | None = None
+    max_gpu_memory_bytes: int | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self.max_memory_bytes is None and self.max_cpus is None and self.max_gpu_memory_bytes is None
+
+    @property
+    def soft_memory_bytes(self) -> int | None:
+        return int(self.max_memory_bytes * SOFT_LINE) if self.max_memory_bytes else None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def parse_memory(text: str, total_bytes: int, what: str = "--max-memory") -> int:
+    """'10%' of ``total_bytes``, or an absolute size: 4GiB, 4G, 512MiB, 2.5GB, 1073741824."""
+    raw = text.strip()
+    match = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*(%|[a-zA-Z]*)", raw)
+    if not match:
+        raise TensorgaugeError(f"{what}: '{text}' is not a size (examples: 10%, 4GiB, 512MiB)")
+    value, unit = float(match.group(1)), match.group(2).lower()
+    if unit == "%":
+        if not 0 < value <= 100:
+            raise TensorgaugeError(f"{what}: {text} is not a share between 0% and 100%")
+        result = int(total_bytes * value / 100)
+    elif unit in _UNITS:
+        result = int(value * _UNITS[unit])
+    else:
+        raise TensorgaugeError(f"{what}: unknown unit '{match.group(2)}' (use %, KiB, MiB, GiB, TiB, or KB, MB, GB)")
+    if result <= 0:
+        raise TensorgaugeError(f"{what}: the budget must be more than zero")
+    return result
+
+
+def parse_cpus(text: str, cores_allowed: float) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise TensorgaugeError(f"--max-cpus: '{text}' is not a number of CPUs (examples: 1, 1.5)") from None
+    if not math.isfinite(value) or value <= 0:
+        raise TensorgaugeError("--max-cpus: the budget must be more than zero")
+    if value > cores_allowed:
+        raise TensorgaugeError(f"--max-cpus: {text} is more than the {cores_allowed:g} CPUs this job may use")
+    return value
+
+
+def make_budget(max_memory: str | None, max_cpus: str | None, max_gpu_memory: str | None,
+                ram_bytes: int, cores_allowed: float) -> Budget:
+    """A checked budget; any problem is one clear TensorgaugeError."""
+    budget = Budget()
+    if max_memory is not None:
+        budget.max_memory_bytes = parse_memory(max_memory, ram_bytes)
+        if budget.max_memory_bytes < INTERPRETER_FLOOR_BYTES:
+            raise TensorgaugeError(f"--max-memory: {max_memory} is below the {INTERPRETER_FLOOR_BYTES >> 20} MiB "
+                                   "the interpreter itself needs (TensorFlow alone takes ~500 MiB)")
+        if budget.max_memory_bytes > ram_bytes:
+            raise TensorgaugeError(f"--max-memory: {max_memory} is more than this machine's memory")
+    if max_cpus is not None:
+        budget.max_cpus = parse_cpus(max_cpus, cores_allowed)
+    if max_gpu_memory is not None:
+        if "%" in max_gpu_memory:
+            raise TensorgaugeError("--max-gpu-memory: give a size (e.g. 8GiB); TensorFlow limits GPU memory in bytes")
+        budget.max_gpu_memory_bytes = parse_memory(max_gpu_memory, 0, "--max-gpu-memory")
+    return budget
+
+
+def thread_pools(max_cpus: float) -> dict[str, str]:
+    """Environment that sizes TensorFlow's and BLAS's thread pools to the budget."""
+    n = str(max(1, math.ceil(max_cpus)))
+    return {"TF_NUM_INTRAOP_THREADS": n, "TF_NUM_INTEROP_THREADS": n, "OMP_NUM_THREADS": n,
+            "OPENBLAS_NUM_THREADS": n, "MKL_NUM_THREADS": n}

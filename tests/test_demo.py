@@ -1,0 +1,21 @@
+"""The README's first command: `tensorgauge demo` records the built-in job and shows its phases."""
+
+import pytest
+
+from conftest import needs_tf
+from tensorgauge.cli import main
+from tensorgauge.report import RunReport
+from tensorgauge.store import Store
+
+pytestmark = [needs_tf, pytest.mark.tf]
+
+
+def test_demo_records_train_save_load_predict(store_path, capsys, monkeypatch):
+    monkeypatch.setenv("TENSORGAUGE_DEMO_EPOCHS", "1")
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "Phases" in out and "import tensorflow" in out and "epoch 1" in out
+    report = RunReport.load(Store.open(store_path), "demo")
+    kinds = [p.kind for p in report.phases if p.parent is None]
+    assert kinds == ["import", "fit", "save", "load", "predict"]
+    assert report.record.env["job"]["tensorflow_version"]
