@@ -15,7 +15,8 @@ $(VENV)/.installed-demo: pyproject.toml | $(BIN)/python
 	touch $@
 
 # "2.21.*" for the TensorFlow installed (tensorflow-cpu on x86-64, tensorflow elsewhere)
-TF_MINOR = import importlib.metadata as m; d = {x.metadata["Name"].lower(): x.version for x in m.distributions()}; \
+TF_MINOR = import importlib.metadata as m; \
+	d = {x.metadata["Name"].lower().replace("_", "-"): x.version for x in m.distributions()}; \
 	print(".".join((d.get("tensorflow-cpu") or d["tensorflow"]).split(".")[:2]) + ".*")
 
 # tf-keras (legacy tf.keras, for its tests) requires the package `tensorflow`, which
