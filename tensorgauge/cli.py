@@ -65,7 +65,11 @@ def _record(args, command: list[str], name: str | None) -> int:
     from tensorgauge.runner import resolve_command, run
 
     resolve_command(command)  # before the store: a typo should not create anything
+    budget = _budget(args)
     store = _open_store(args)
+    checkpoint_dir = None
+    if budget is not None and budget.max_memory_bytes is not None:
+        checkpoint_dir = getattr(args, "checkpoint", None) or str(default_checkpoint_dir(store.path, command))
     err = _console(stderr=True)
     quiet = getattr(args, "quiet", False)
 
@@ -75,7 +79,8 @@ def _record(args, command: list[str], name: str | None) -> int:
                       f"into {store.path}[/dim]")
 
     result = run(command, store, interval_seconds=args.interval, name=name,
-                 hook=not getattr(args, "no_hook", False), on_start=started)
+                 hook=not getattr(args, "no_hook", False), on_start=started, budget=budget,
+                 checkpoint_dir=checkpoint_dir)
     if result.warning:
         err.print(f"tensorgauge: warning: {result.warning}")
         return result.exit_code
@@ -93,6 +98,28 @@ def _record(args, command: list[str], name: str | None) -> int:
                   f"{len(report.phases)} phases — tensorgauge show {result.record.run_id}[/dim]")
     store.close()
     return result.exit_code
+
+
+def default_checkpoint_dir(store_path: Path, command: list[str]) -> Path:
+    """One folder per command line and working folder: running it again resumes."""
+    import hashlib
+
+    key = hashlib.sha1(json.dumps([str(Path.cwd()), command]).encode()).hexdigest()[:12]
+    return store_path.parent / "checkpoints" / key
+
+
+def _budget(args):
+    """The checked budget from --max-memory/--max-cpus/--max-gpu-memory, or None."""
+    if getattr(args, "max_memory", None) is None and getattr(args, "max_cpus", None) is None \
+            and getattr(args, "max_gpu_memory", None) is None:
+        return None
+    import psutil
+
+    from tensorgauge.budget.limits import make_budget
+    from tensorgauge.sources.cgroup import cores_allowed
+
+    return make_budget(args.max_memory, args.max_cpus, args.max_gpu_memory,
+                       ram_bytes=psutil.virtual_memory().total, cores_allowed=cores_allowed())
 
 
 def cmd_run(args) -> int:
@@ -169,6 +196,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="a name for the run (usable wherever a run id is)")
     p.add_argument("--json", metavar="PATH", help="also write the run's report as JSON (- for stdout)")
     p.add_argument("--no-hook", action="store_true", help="record from outside only: no phases")
+    p.add_argument("--max-memory", metavar="SIZE",
+                   help="memory budget for the job's process tree: 10%% of RAM, 4GiB, 512MiB. At 90%% "
+                        "training is checkpointed and stopped (exit 75); past 100%% the job is killed")
+    p.add_argument("--max-cpus", metavar="N", help="CPU budget in cores, e.g. 1 or 1.5: thread pools, "
+                                                   "affinity and (where permitted) a cgroup quota")
+    p.add_argument("--max-gpu-memory", metavar="SIZE", help="GPU memory per GPU for TensorFlow, e.g. 8GiB")
+    p.add_argument("--checkpoint", metavar="DIR",
+                   help="where a budget stop leaves a resumable checkpoint (default: one folder per "
+                        "command beside the store; run the same command again to resume)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing of tensorgauge's own")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
     p.set_defaults(func=cmd_run)

@@ -30,6 +30,7 @@ class Recorder:
         self._samples: list[Sample] = []
         self._events: list[Event] = []
         self._next_commit = 0.0
+        self.seen: list[Event] = []  # events the monitor acts on (budget stops), kept in memory
 
     def add(self, samples: list[Sample], raw_events: list[dict], force: bool = False) -> None:
         """Queue samples and the hook's raw events; commit when due (or ``force``)."""
@@ -42,6 +43,8 @@ class Recorder:
                 self.record.env.setdefault("job", {}).update(event.data["facts"])
                 self.store.save_run(self.record)
             self._events.append(event)
+            if event.kind.startswith("budget"):
+                self.seen.append(event)
         self._samples.extend(samples)
         now = self.clock.now()
         if force or now >= self._next_commit:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tensorgauge.analyse.memory import memory_findings
 from tensorgauge.analyse.phases import build_phases
 from tensorgauge.analyse.summary import summarise
 from tensorgauge.model import RUN_SCHEMA, Event, Finding, Phase, RunRecord, Sample, Summary
@@ -25,9 +26,9 @@ class RunReport:
 
     @classmethod
     def build(cls, record: RunRecord, samples: list[Sample], events: list[Event]) -> RunReport:
-        return cls(record=record, samples=samples, events=events,
-                   summary=summarise(record, samples),
-                   phases=build_phases(events, samples, end=record.wall_seconds))
+        phases = build_phases(events, samples, end=record.wall_seconds)
+        return cls(record=record, samples=samples, events=events, summary=summarise(record, samples),
+                   phases=phases, findings=memory_findings(record, samples, events, phases))
 
     @classmethod
     def load(cls, store: Store, ref: str) -> RunReport:

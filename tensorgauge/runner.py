@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from tensorgauge.budget.enforce import BudgetWatch, kill_tree
+from tensorgauge.budget.limits import Budget
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.hook import channel as hook_channel
 from tensorgauge.model import RunRecord
@@ -30,7 +32,7 @@ from tensorgauge.sources import cgroup
 from tensorgauge.sources.clock import MonotonicClock
 from tensorgauge.sources.fingerprint import host_fingerprint
 from tensorgauge.sources.nvml import open_gpus
-from tensorgauge.sources.process_tree import CgroupProcessTree, ProcfsProcessTree, read_stat
+from tensorgauge.sources.process_tree import CgroupProcessTree, ProcfsProcessTree, descendants, read_stat
 from tensorgauge.sources.system import PsutilSystem
 from tensorgauge.store import Store
 
@@ -84,23 +86,35 @@ def job_environment(events_path: str | None, run_id: str, hook: bool, base: dict
 
 
 def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name: str | None = None,
-        hook: bool = True, on_start: Callable[[RunRecord], None] | None = None) -> RunResult:
-    """Run ``command`` to its end under the monitor and record it in ``store``."""
+        hook: bool = True, on_start: Callable[[RunRecord], None] | None = None,
+        budget: Budget | None = None, checkpoint_dir: str | None = None) -> RunResult:
+    """Run ``command`` to its end under the monitor and record it in ``store``.
+
+    With a ``budget``, the job is kept inside it (see :mod:`tensorgauge.budget.enforce`);
+    ``checkpoint_dir`` is where a graceful stop leaves a resumable checkpoint."""
     command = resolve_command(command)
     run_id = new_run_id()
     events_fd, events_path = tempfile.mkstemp(prefix=f"tensorgauge-{run_id}-", suffix=".jsonl")
     os.close(events_fd)
     clock = MonotonicClock()
 
+    watch = None
+    env = job_environment(events_path, run_id, hook)
+    if budget is not None and not budget.empty:
+        watch = BudgetWatch(budget, events_path + ".stop", checkpoint_dir)
+        env.update(watch.environment())
+
     t0 = clock.now()
     started_at = dt.datetime.now().astimezone().isoformat(timespec="milliseconds")
     try:
-        child = subprocess.Popen(command, env=job_environment(events_path, run_id, hook))
+        child = subprocess.Popen(command, env=env)
     except OSError as exc:
         os.unlink(events_path)
         raise TensorgaugeError(f"cannot start {command[0]}: {exc.strerror}") from None
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WAKE_SIGNALS)
     tree, group = watch_tree(child.pid, run_id)
+    if watch:
+        watch.apply(child.pid, group)
     oom_count = group.oom_kills if group else functools.partial(cgroup.oom_kill_count,
                                                                   cgroup.cgroup_paths(child.pid))
     oom_before = oom_count()
@@ -117,6 +131,9 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
 
         def tick(force: bool = False) -> None:
             sample = None if force else sampler.sample()
+            if watch and sample:
+                watch.check(sample, lambda: kill_tree(group.pids() if group else
+                                                      [child.pid, *descendants(child.pid)]))
             recorder.add([sample] if sample else [], reader.read_new(), force=force)
 
         status, rusage, warning = _monitor(child.pid, tick, clock, t0, interval_seconds)
@@ -134,10 +151,11 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
         group_cpu = (group.cpu_seconds() or 0.0) + tree.cpu_before_seconds if group else 0.0
         if group:
             group.remove()  # fails, harmlessly, while a daemon the job left behind lives on
-        try:
-            os.unlink(events_path)
-        except OSError:
-            pass
+        for path in (events_path, events_path + ".stop"):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
     record.wall_seconds = end - t0
     record.cpu_seconds_total = max(rusage.ru_utime + rusage.ru_stime, group_cpu)
@@ -151,6 +169,13 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     else:
         record.exit_code = os.WEXITSTATUS(status)
         exit_code = record.exit_code
+    if watch:
+        stops = [e for e in recorder.seen if e.kind == "budget_stop"]
+        record.budget = watch.result(record.signal, record.exit_code, record.oom_killed,
+                                     stops[-1].data.get("checkpoint") if stops else None)
+        gpu = [e.data for e in recorder.seen if e.kind == "budget_gpu_memory"]
+        if gpu:
+            record.budget["gpu_memory_limit"] = {"gpus": gpu[-1].get("gpus"), "error": gpu[-1].get("error")}
     try:
         store.save_run(record)
     except Exception as exc:

@@ -19,3 +19,7 @@ def test_demo_records_train_save_load_predict(store_path, capsys, monkeypatch):
     kinds = [p.kind for p in report.phases if p.parent is None]
     assert kinds == ["import", "fit", "save", "load", "predict"]
     assert report.record.env["job"]["tensorflow_version"]
+    datasets = [e.data for e in report.events if e.kind == "dataset"]
+    assert {"op": "from_tensor_slices", "bytes": 20_000 * 64 * 4 + 20_000 * 4, "elements": 20_000} in [
+        {k: d[k] for k in ("op", "bytes", "elements")} for d in datasets if d["op"] == "from_tensor_slices"]
+    assert any(d["op"] == "shuffle" and d["buffer_size"] == 4096 for d in datasets)

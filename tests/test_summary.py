@@ -53,3 +53,31 @@ def test_account_names_import_dominance_and_phase_cpu_contrast():
 def test_account_without_phases():
     summary = summarise(run_record(wall_seconds=1.0, cpu_seconds_total=0.5), [])
     assert "No TensorFlow phases" in account([], summary, 1.0, None)[-1]
+
+
+def test_memory_findings_name_the_data_set_the_growth_and_the_budget_stop():
+    from tensorgauge.analyse.memory import memory_findings
+
+    mib = 1 << 20
+
+    def ev(kind, t, **data):
+        return Event(t=t, pid=1, kind=kind, data=data)
+
+    events = [ev("dataset", 0.5, op="from_tensor_slices", bytes=800 * mib, elements=100_000),
+              ev("dataset", 0.6, op="shuffle", buffer_size=100_000, elements=100_000)]
+    for i in range(3):
+        events += [ev("phase_begin", 1.0 + i, id=i + 1, name=f"epoch {i + 1}", phase_kind="epoch",
+                      rss=(1000 + 300 * i) * mib, cpu=0.0),
+                   ev("phase_end", 2.0 + i, id=i + 1, rss=(1300 + 300 * i) * mib, cpu=0.5)]
+    samples = [Sample(t=2.5, cpu_seconds=1, cores_busy=1, rss_bytes=1900 * mib, threads=1, processes=1)]
+    phases = build_phases(events, samples, end=4.0)
+    record = run_record(wall_seconds=4.0, budget={"stopped": True, "max_memory_bytes": 2000 * mib,
+                                                  "peak_bytes": 1900 * mib, "checkpoint": "/c", "graceful": True})
+    by_id = {f.id: f for f in memory_findings(record, samples, events, phases)}
+    assert by_id["dataset_in_memory"].evidence["from_tensor_slices_bytes"] == 800 * mib
+    assert by_id["dataset_in_memory"].expected_gain == "about 1.6 GiB less memory"  # arrays + full shuffle buffer
+    assert by_id["memory_growth"].evidence["growth_per_epoch_bytes"] == 300 * mib
+    stop = by_id["memory_budget"]
+    assert stop.severity == "high" and stop.evidence["peak_phase"] == "epoch 2"
+    assert "800.0 MiB from from_tensor_slices" in stop.title and "TFRecord" in stop.fix
+    assert memory_findings(run_record(wall_seconds=1.0), [], [], []) == []

@@ -15,6 +15,7 @@ import functools
 import os
 import sys
 
+from tensorgauge.hook import budget
 from tensorgauge.hook.agent import agent
 
 _MARK = "__tensorgauge_wrapped__"
@@ -58,6 +59,8 @@ def phase_wrapper(fn, kind: str, label: str | None = None, is_method: bool = Fal
 def make_callback_class(base):
     """A Keras callback (subclass of ``base``) that records epochs and steps."""
 
+    _keras_callbacks = sys.modules.get(base.__module__.split(".")[0] + ".callbacks")
+
     class TensorgaugeCallback(base):
         """Records fit/evaluate/predict phases, epochs and every step for tensorgauge."""
 
@@ -65,9 +68,12 @@ def make_callback_class(base):
         # We never read logs: tf_keras need not turn them into numpy each batch.
         _supports_tf_logs = True
 
-        def __init__(self):
+        def __init__(self, budget_callbacks=None):
             super().__init__()
             self._phases: dict[str, int | None] = {}
+            self._budget_callbacks = budget_callbacks  # fit's callbacks, for a checkpoint at a stop
+            self._watch_budget = bool(os.environ.get(budget.STOP_FILE_ENV))
+            self._epoch = 0
 
         def _begin(self, key, name, kind, auto=True):
             self._phases[key] = agent().begin(name, kind, auto=auto)
@@ -95,6 +101,7 @@ def make_callback_class(base):
             self._end("predict")
 
         def on_epoch_begin(self, epoch, logs=None):
+            self._epoch = epoch
             self._begin("epoch", f"epoch {epoch + 1}", "epoch", auto=False)
 
         def on_epoch_end(self, epoch, logs=None):
@@ -102,6 +109,8 @@ def make_callback_class(base):
 
         def on_train_batch_begin(self, batch, logs=None):
             agent().step_begin()
+            if self._watch_budget and budget.stop_requested():
+                budget.stop_training(self.model, self._budget_callbacks, _keras_callbacks, self._epoch)
 
         def on_test_batch_begin(self, batch, logs=None):
             agent().step_begin()
@@ -112,8 +121,9 @@ def make_callback_class(base):
     return TensorgaugeCallback
 
 
-def _with_callback(fn, kind: str, callback_class):
-    """Wrap Model.fit/evaluate/predict: a phase, plus our callback in ``callbacks``."""
+def _with_callback(fn, kind: str, callback_class, keras_callbacks):
+    """Wrap Model.fit/evaluate/predict: a phase, plus our callback in ``callbacks``
+    (and, under a memory budget, a BackupAndRestore for fit)."""
     position = _CALLBACKS_POSITION[kind]
 
     @functools.wraps(fn)
@@ -124,14 +134,21 @@ def _with_callback(fn, kind: str, callback_class):
         # Inside fit, Keras passes its CallbackList to evaluate: ours is in it already.
         if callbacks is None or isinstance(callbacks, (list, tuple)):
             callbacks = list(callbacks or [])
+            if kind == "fit" and not any(type(cb).__name__ == "BackupAndRestore" for cb in callbacks):
+                backup = budget.restore_callback(keras_callbacks, self)
+                if backup is not None:
+                    callbacks.insert(0, backup)  # restore before the job's own callbacks look
             if not any(getattr(cb, "_tensorgauge", False) for cb in callbacks):
-                callbacks.append(callback_class())
+                callbacks.append(callback_class(callbacks if kind == "fit" else None))
             if in_args:
                 args[position] = callbacks
             else:
                 kwargs["callbacks"] = callbacks
         label = "validation" if kind == "evaluate" and agent().inside("fit") else kind
-        return phase_wrapper(fn, kind, label)(self, *args, **kwargs)
+        result = phase_wrapper(fn, kind, label)(self, *args, **kwargs)
+        if kind == "fit":
+            budget.exit_if_stopped()
+        return result
 
     setattr(wrapper, _MARK, fn)
     return wrapper
@@ -188,7 +205,7 @@ def patch_keras(package_name: str) -> None:
         # Patch the class that defines it so every subclass (Sequential, Functional) sees it.
         for klass in model_class.__mro__:
             if kind in klass.__dict__:
-                _patch_attr(klass, kind, lambda fn, k=kind: _with_callback(fn, k, callback_class))
+                _patch_attr(klass, kind, lambda fn, k=kind: _with_callback(fn, k, callback_class, keras.callbacks))
                 break
     for name, kind in (("save", "save"), ("save_weights", "save"), ("export", "save"),
                        ("load_weights", "load")):
@@ -210,6 +227,9 @@ def patch_tensorflow() -> None:
         _patch_functions(save_module, [("save", "save", "saved_model.save")], "tensorflow", ("saved_model",))
     if load_module is not None:
         _patch_functions(load_module, [("load", "load", "saved_model.load")], "tensorflow", ("saved_model",))
+    dataset_module = sys.modules.get("tensorflow.python.data.ops.dataset_ops")
+    if getattr(dataset_module, "DatasetV2", None) is not None:
+        budget.patch_datasets(dataset_module.DatasetV2)
     checkpoint_module = sys.modules.get("tensorflow.python.checkpoint.checkpoint")
     checkpoint_class = getattr(checkpoint_module, "Checkpoint", None)
     if checkpoint_class is not None:
@@ -222,6 +242,7 @@ def on_imported(name: str, module) -> None:
     """Called by the import watcher when a watched package has loaded."""
     if name == "tensorflow":
         patch_tensorflow()
+        budget.apply_gpu_memory_limit(module)
         import threading
 
         from tensorgauge.hook import tfinfo

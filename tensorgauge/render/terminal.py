@@ -83,6 +83,24 @@ def phase_table(phases: list[Phase], wall_seconds: float, max_rows: int = 60) ->
     return table
 
 
+def render_budget(console: Console, budget: dict) -> None:
+    parts = []
+    if budget.get("max_memory_bytes"):
+        parts.append(f"memory {format_bytes(budget['max_memory_bytes'])} (peak {format_bytes(budget.get('peak_bytes'))})")
+    if budget.get("max_cpus"):
+        parts.append(f"{budget['max_cpus']:g} CPUs")
+    if budget.get("max_gpu_memory_bytes"):
+        applied = budget.get("gpu_memory_limit") or {}
+        note = (" (no GPU visible to TensorFlow: nothing to limit)" if applied.get("gpus") == 0 and not applied.get("error")
+                else f" (not applied: {applied['error']})" if applied.get("error") else "")
+        parts.append(f"GPU memory {format_bytes(budget['max_gpu_memory_bytes'])}{note}")
+    console.print(f"  budget   {', '.join(parts)}; enforced by {escape(', '.join(budget.get('enforced_by') or []))}")
+    if budget.get("stopped"):
+        console.print(f"  [yellow]stopped: {escape(str(budget.get('reason')))}[/yellow]")
+        if budget.get("checkpoint"):
+            console.print(f"  checkpoint {escape(budget['checkpoint'])}: run the same command again to resume")
+
+
 def render_run(console: Console, report: RunReport) -> None:
     r, s = report.record, report.summary
     wall = r.wall_seconds if r.wall_seconds is not None else (report.samples[-1].t if report.samples else 0.0)
@@ -103,9 +121,21 @@ def render_run(console: Console, report: RunReport) -> None:
                       f"{gpu.get('util_percent_mean')}% peak {gpu.get('util_percent_peak')}%, memory peak "
                       f"{format_bytes(gpu.get('memory_used_peak_bytes'))} of "
                       f"{format_bytes(gpu.get('memory_total_bytes'))}")
+    if r.budget:
+        render_budget(console, r.budget)
     if report.phases:
         console.print()
         console.print(phase_table(report.phases, wall))
+    if report.findings:
+        console.print()
+        console.print("[bold]Findings[/bold]")
+        colours = {"high": "red", "moderate": "yellow", "low": "cyan", "info": "dim"}
+        for finding in report.findings:
+            colour = colours.get(finding.severity, "white")
+            console.print(f"  [{colour}]{finding.severity}[/{colour}] {escape(finding.title)}  [dim]({finding.id})[/dim]")
+            console.print(f"    fix: {escape(finding.fix)}")
+            if finding.expected_gain:
+                console.print(f"    expected gain: {escape(finding.expected_gain)}")
     console.print()
     cores_allowed = (r.env.get("host") or {}).get("cores_allowed")
     for line in account(report.phases, s, wall, cores_allowed, report.events):

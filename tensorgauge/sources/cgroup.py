@@ -123,7 +123,7 @@ def cores_allowed(paths: CgroupPaths | None = None) -> float:
 
 def _sweep_empty(paths: CgroupPaths, prefix: str) -> None:
     """Remove empty cgroups left by monitors that were killed (rmdir refuses non-empty ones)."""
-    for parent in {paths.unified, paths.cpuacct, paths.memory} - {None}:
+    for parent in {paths.unified, paths.cpuacct, paths.cpu, paths.memory} - {None}:
         try:
             stale = [p for p in parent.iterdir() if p.name.startswith(prefix) and p.is_dir()]
         except OSError:
@@ -146,8 +146,10 @@ class JobCgroup:
     Membership (``cgroup.procs``) is the job's whole tree, orphans included.
     """
 
-    def __init__(self, cpu_dir: Path, memory_dir: Path | None, unified: bool):
+    def __init__(self, cpu_dir: Path, memory_dir: Path | None, unified: bool, quota_dir: Path | None = None):
+        """``cpu_dir`` counts CPU (cpuacct), ``quota_dir`` caps it (the cpu controller)."""
         self.cpu_dir, self.memory_dir, self.unified = cpu_dir, memory_dir, unified
+        self.quota_dir = quota_dir if quota_dir is not None else (cpu_dir if unified else None)
 
     @classmethod
     def create(cls, name: str, paths: CgroupPaths | None = None) -> JobCgroup | None:
@@ -165,12 +167,17 @@ class JobCgroup:
             cpu_dir = paths.cpuacct / name
             cpu_dir.mkdir()
             made.append(cpu_dir)
-            memory_dir = None
+            memory_dir = quota_dir = None
             if paths.memory is not None:
                 memory_dir = paths.memory / name
                 memory_dir.mkdir()
                 made.append(memory_dir)
-            return cls(cpu_dir, memory_dir, unified=False)
+            if paths.cpu is not None:
+                quota_dir = paths.cpu / name
+                if quota_dir != cpu_dir:  # cpu and cpuacct may be mounted together
+                    quota_dir.mkdir()
+                    made.append(quota_dir)
+            return cls(cpu_dir, memory_dir, unified=False, quota_dir=quota_dir)
         except OSError:
             for folder in made:
                 try:
@@ -180,7 +187,36 @@ class JobCgroup:
             return None
 
     def _dirs(self) -> list[Path]:
-        return [d for d in dict.fromkeys([self.cpu_dir, self.memory_dir]) if d is not None]
+        return [d for d in dict.fromkeys([self.cpu_dir, self.memory_dir, self.quota_dir]) if d is not None]
+
+    def limit_memory(self, limit_bytes: int) -> str | None:
+        """The kernel's hard memory limit; returns the file written, None if refused."""
+        if self.memory_dir is None:
+            return None
+        name = "memory.max" if self.unified else "memory.limit_in_bytes"
+        try:
+            (self.memory_dir / name).write_text(str(limit_bytes))
+            swap = self.memory_dir / ("memory.swap.max" if self.unified else "memory.memsw.limit_in_bytes")
+            if swap.exists():
+                swap.write_text("0" if self.unified else str(limit_bytes))
+        except OSError:
+            return None
+        return name
+
+    def limit_cpus(self, cpus: float, period_us: int = 100_000) -> str | None:
+        """A CPU quota of ``cpus`` cores; returns the file written, None if refused."""
+        if self.quota_dir is None:
+            return None
+        quota = max(1000, int(cpus * period_us))
+        try:
+            if self.unified:
+                (self.quota_dir / "cpu.max").write_text(f"{quota} {period_us}")
+                return "cpu.max"
+            (self.quota_dir / "cpu.cfs_period_us").write_text(str(period_us))
+            (self.quota_dir / "cpu.cfs_quota_us").write_text(str(quota))
+        except OSError:
+            return None
+        return "cpu.cfs_quota_us"
 
     def add(self, pid: int) -> bool:
         """Move a process (and its threads) in; False if the kernel refused."""

@@ -1,0 +1,109 @@
+"""Applying a budget to the job and watching it from the monitor.
+
+Memory: the kernel's cgroup limit where the job has a cgroup (a hard cap), and
+in any case the sampler's watch: at the soft line (90%) the job is asked to
+stop gracefully (see :mod:`tensorgauge.hook.budget`); past the budget the tree
+is killed. CPUs: TensorFlow's and BLAS's thread pools sized before TF starts,
+an affinity mask, and a cgroup CPU quota where permitted.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+from dataclasses import dataclass, field
+
+from tensorgauge.budget.limits import Budget, thread_pools
+from tensorgauge.hook import budget as hook_budget
+from tensorgauge.model import Sample
+from tensorgauge.sources.cgroup import JobCgroup, allowed_cpus
+
+
+@dataclass
+class BudgetWatch:
+    budget: Budget
+    stop_file: str
+    checkpoint_dir: str | None
+    enforced_by: list[str] = field(default_factory=list)
+    stop_requested_at: float | None = None
+    killed_at: float | None = None
+    peak_bytes: int = 0
+    peak_t: float | None = None
+    reason: str | None = None
+    _kernel_caps_memory: bool = False
+
+    def environment(self) -> dict[str, str]:
+        """What the job's environment needs before it starts."""
+        env = {hook_budget.STOP_FILE_ENV: self.stop_file}
+        if self.checkpoint_dir:
+            env[hook_budget.CHECKPOINT_ENV] = self.checkpoint_dir
+        if self.budget.max_cpus is not None:
+            env.update(thread_pools(self.budget.max_cpus))
+        if self.budget.max_gpu_memory_bytes is not None:
+            env[hook_budget.GPU_MEMORY_ENV] = str(self.budget.max_gpu_memory_bytes)
+        return env
+
+    def apply(self, pid: int, group: JobCgroup | None) -> None:
+        """Limits that need the job's pid or cgroup, applied right after it starts."""
+        b = self.budget
+        if b.max_cpus is not None:
+            self.enforced_by.append(f"TF/BLAS thread pools = {math.ceil(b.max_cpus)}")
+            cpus = allowed_cpus()[: max(1, math.ceil(b.max_cpus))]
+            try:
+                os.sched_setaffinity(pid, cpus)
+                self.enforced_by.append(f"affinity {cpus}")
+            except (AttributeError, OSError):
+                pass
+            if group is not None and group.limit_cpus(b.max_cpus):
+                self.enforced_by.append(f"cgroup CPU quota {b.max_cpus:g}")
+        if b.max_memory_bytes is not None:
+            if group is not None and group.limit_memory(b.max_memory_bytes):
+                self._kernel_caps_memory = True
+                self.enforced_by.append("cgroup memory limit")
+            self.enforced_by.append("watchdog (graceful stop at 90%, kill past 100%)")
+        if b.max_gpu_memory_bytes is not None:
+            self.enforced_by.append("TF logical GPU memory_limit")
+
+    def check(self, sample: Sample, kill_tree) -> None:
+        """Called with every sample: ask for a stop at the soft line, kill past the budget."""
+        if sample.rss_bytes > self.peak_bytes:
+            self.peak_bytes, self.peak_t = sample.rss_bytes, sample.t
+        limit = self.budget.max_memory_bytes
+        if limit is None:
+            return
+        if sample.rss_bytes >= self.budget.soft_memory_bytes and self.stop_requested_at is None:
+            self.stop_requested_at = sample.t
+            self.reason = (f"memory reached {sample.rss_bytes / limit:.0%} of the budget at {sample.t:.1f} s: "
+                           "asked the job to checkpoint and stop")
+            try:
+                with open(self.stop_file, "w") as f:
+                    f.write(f"{sample.t}\n")
+            except OSError:
+                pass
+        if sample.rss_bytes > limit and self.killed_at is None:
+            self.killed_at = sample.t
+            self.reason = f"memory passed the budget at {sample.t:.1f} s: the job was killed"
+            kill_tree()
+
+    def result(self, exit_status_signal: int | None, exit_code: int | None, oom_killed: bool,
+               checkpoint: str | None) -> dict:
+        """The run's ``budget`` record."""
+        stopped = (exit_code == hook_budget.BUDGET_EXIT_CODE or self.killed_at is not None
+                   or (oom_killed and self._kernel_caps_memory))
+        reason = self.reason
+        if oom_killed and self._kernel_caps_memory and self.killed_at is None:
+            reason = "the kernel killed the job at the cgroup memory limit before it could stop"
+        return {**self.budget.to_dict(), "soft_memory_bytes": self.budget.soft_memory_bytes,
+                "stopped": stopped, "reason": reason if stopped else None, "checkpoint": checkpoint,
+                "graceful": exit_code == hook_budget.BUDGET_EXIT_CODE, "peak_bytes": self.peak_bytes,
+                "peak_t": self.peak_t, "stop_requested_at": self.stop_requested_at,
+                "enforced_by": self.enforced_by}
+
+
+def kill_tree(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass

@@ -1,0 +1,46 @@
+"""The monitor's side of a budget, on hand-made samples."""
+
+from tensorgauge.budget.enforce import BudgetWatch
+from tensorgauge.budget.limits import Budget
+from tensorgauge.model import Sample
+
+MIB = 1 << 20
+
+
+def sample(t, rss):
+    return Sample(t=t, cpu_seconds=0, cores_busy=None, rss_bytes=rss, threads=1, processes=1)
+
+
+def test_soft_line_asks_once_then_kill_past_the_budget(tmp_path):
+    stop = tmp_path / "stop"
+    watch = BudgetWatch(Budget(max_memory_bytes=1000 * MIB), str(stop), str(tmp_path / "ckpt"))
+    kills = []
+    watch.check(sample(1.0, 800 * MIB), lambda: kills.append(1))
+    assert not stop.exists()
+    watch.check(sample(1.1, 900 * MIB), lambda: kills.append(1))
+    assert stop.exists() and watch.stop_requested_at == 1.1 and not kills
+    watch.check(sample(1.2, 950 * MIB), lambda: kills.append(1))
+    watch.check(sample(1.3, 1001 * MIB), lambda: kills.append(1))
+    watch.check(sample(1.4, 1100 * MIB), lambda: kills.append(1))
+    assert kills == [1] and "killed" in watch.reason and watch.peak_bytes == 1100 * MIB
+    result = watch.result(9, None, False, None)
+    assert result["stopped"] and not result["graceful"] and result["peak_t"] == 1.4
+
+
+def test_graceful_result_and_environment(tmp_path):
+    watch = BudgetWatch(Budget(max_memory_bytes=1000 * MIB, max_cpus=1.0, max_gpu_memory_bytes=2 * MIB),
+                        str(tmp_path / "stop"), "/ckpt")
+    env = watch.environment()
+    assert env["TENSORGAUGE_CHECKPOINT_DIR"] == "/ckpt" and env["TF_NUM_INTRAOP_THREADS"] == "1"
+    assert env["TENSORGAUGE_GPU_MEMORY_LIMIT"] == str(2 * MIB) and env["TENSORGAUGE_STOP_FILE"].endswith("stop")
+    watch.check(sample(2.0, 950 * MIB), lambda: None)
+    result = watch.result(None, 75, False, "/ckpt")
+    assert result["stopped"] and result["graceful"] and result["checkpoint"] == "/ckpt"
+    assert "90%" in result["reason"] or "95%" in result["reason"]
+    assert watch.result(None, 0, False, None)["stopped"] is False
+
+
+def test_no_memory_budget_never_stops(tmp_path):
+    watch = BudgetWatch(Budget(max_cpus=1.0), str(tmp_path / "stop"), None)
+    watch.check(sample(1.0, 10**12), lambda: (_ for _ in ()).throw(AssertionError("killed")))
+    assert watch.peak_bytes == 10**12 and not (tmp_path / "stop").exists()

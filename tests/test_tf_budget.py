@@ -1,0 +1,68 @@
+"""Budgets on real TensorFlow jobs: the acceptance figures of the budget feature."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import needs_tf
+from tensorgauge.report import RunReport
+from tensorgauge.store import Store
+
+pytestmark = [needs_tf, pytest.mark.tf]
+JOBS = Path(__file__).parent / "jobs"
+PY = sys.executable
+
+
+def tg(tg_cmd, *args, env=None):
+    return subprocess.run([*tg_cmd, *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_memory_budget_stops_gracefully_and_training_resumes(store_path, tg_cmd, tmp_path):
+    budget = int(psutil.virtual_memory().total * 0.10)
+    checkpoint = tmp_path / "ckpt"
+    first = tg(tg_cmd, "run", "-q", "--max-memory", "10%", "--checkpoint", str(checkpoint), "--",
+               PY, str(JOBS / "budget_grow.py"), str(tmp_path / "first.json"))
+    assert first.returncode == 75, first.stderr[-2000:]
+    assert "run the same command again to resume" in first.stderr
+    store = Store.open(store_path)
+    report = RunReport.load(store, "last")
+    b = report.record.budget
+    assert b["stopped"] and b["graceful"] and b["checkpoint"] == str(checkpoint)
+    assert b["max_memory_bytes"] == pytest.approx(budget, rel=0.001)
+    peak = max(max(s.rss_bytes for s in report.samples), report.record.rss_max_bytes or 0)
+    assert peak <= budget * 1.05
+    assert sorted(p.name for p in checkpoint.iterdir()) == ["latest.weights.h5", "training_metadata.json"]
+    stopped_in = json.loads((tmp_path / "first.json").read_text())["epochs"][-1]
+    assert stopped_in >= 1  # 8 MiB a batch reaches the soft line after ~200 batches
+    finding = next(f for f in report.findings if f.id == "memory_budget")
+    assert finding.severity == "high" and "Resume by running the same command again" in finding.fix
+    assert any(f.id == "memory_growth" for f in report.findings)
+    show = tg(tg_cmd, "show", "last")
+    assert "Stopped by the memory budget" in show.stdout and "memory_budget" in show.stdout
+
+    # The same command again (the leak fixed) resumes from the checkpoint and finishes.
+    second = tg(tg_cmd, "run", "-q", "--max-memory", "10%", "--checkpoint", str(checkpoint), "--",
+                PY, str(JOBS / "budget_grow.py"), str(tmp_path / "second.json"), env={**os.environ, "RESUME": "1"})
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert json.loads((tmp_path / "second.json").read_text())["epochs"] == list(range(stopped_in, 5))
+    assert not checkpoint.exists() or not any(checkpoint.iterdir())  # Keras removes it once training completes
+    assert RunReport.load(store, "last").record.budget["stopped"] is False
+
+
+def test_cpu_budget_keeps_fit_on_one_core(store_path, tg_cmd, tmp_path):
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs to show a limit of one")
+    result = tg(tg_cmd, "run", "-q", "--max-cpus", "1", "--", PY, str(JOBS / "busy_fit.py"), str(tmp_path / "o.json"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    seen = json.loads((tmp_path / "o.json").read_text())
+    assert seen == {"affinity": 1, "intra": "1", "inter": "1"}  # TF's pools sized before TF started
+    report = RunReport.load(Store.open(store_path), "last")
+    fit = next(p for p in report.phases if p.kind == "fit")
+    assert fit.cores_busy_mean <= 1.05
+    assert any(e.startswith("affinity") for e in report.record.budget["enforced_by"])
+    assert report.record.budget["stopped"] is False
