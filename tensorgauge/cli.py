@@ -80,7 +80,7 @@ def _record(args, command: list[str], name: str | None) -> int:
 
     result = run(command, store, interval_seconds=args.interval, name=name,
                  hook=not getattr(args, "no_hook", False), on_start=started, budget=budget,
-                 checkpoint_dir=checkpoint_dir)
+                 checkpoint_dir=checkpoint_dir, diagnose=getattr(args, "diagnose", False))
     if result.warning:
         err.print(f"tensorgauge: warning: {result.warning}")
         return result.exit_code
@@ -169,10 +169,17 @@ def cmd_demo(args) -> int:
     from tensorgauge.render.terminal import render_run
     from tensorgauge.report import RunReport
 
+    from tensorgauge.scenarios import SCENARIOS
+
+    if args.scenario not in SCENARIOS:
+        choices = ", ".join(SCENARIOS)
+        raise TensorgaugeError(f"no scenario '{args.scenario}' (choose from: {choices})")
     if importlib.util.find_spec("tensorflow") is None:
         raise TensorgaugeError("the demo needs TensorFlow: pip install 'tensorgauge[tensorflow]'")
-    args.interval, args.quiet = 0.1, False
-    exit_code = _record(args, [sys.executable, "-m", "tensorgauge.scenarios.demo"], name="demo")
+    module, _ = SCENARIOS[args.scenario]
+    args.interval, args.quiet, args.diagnose = 0.1, False, args.scenario != "default"
+    name = "demo" if args.scenario == "default" else f"scenario {args.scenario}"
+    exit_code = _record(args, [sys.executable, "-m", module], name=name)
     store = _open_store(args, create=False)
     _console().print()
     render_run(_console(), RunReport.load(store, "last"))
@@ -196,6 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="a name for the run (usable wherever a run id is)")
     p.add_argument("--json", metavar="PATH", help="also write the run's report as JSON (- for stdout)")
     p.add_argument("--no-hook", action="store_true", help="record from outside only: no phases")
+    p.add_argument("--diagnose", action="store_true",
+                   help="also profile a window of 10 training steps to measure the input pipeline's share")
     p.add_argument("--max-memory", metavar="SIZE",
                    help="memory budget for the job's process tree: 10%% of RAM, 4GiB, 512MiB. At 90%% "
                         "training is checkpointed and stopped (exit 75); past 100%% the job is killed")
@@ -224,7 +233,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", parents=[common], help="record a built-in small Keras job and show it",
                        description="Train, save, load and predict with a small Keras model on synthetic data "
-                                   "(about 20 s on 2 cores) under 'tensorgauge run', then show the run.")
+                                   "(about 20 s on 2 cores) under 'tensorgauge run', then show the run. "
+                                   "--scenario runs a job with a known cause instead, with --diagnose: "
+                                   "input-bound, eager, thread-limited, healthy.")
+    p.add_argument("--scenario", default="default", metavar="NAME",
+                   help="default, input-bound, eager, thread-limited or healthy")
     p.add_argument("--json", metavar="PATH", help="also write the run's report as JSON")
     p.set_defaults(func=cmd_demo)
     return parser

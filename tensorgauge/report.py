@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tensorgauge.analyse.diagnose import diagnose
 from tensorgauge.analyse.memory import memory_findings
 from tensorgauge.analyse.phases import build_phases
 from tensorgauge.analyse.summary import summarise
@@ -27,8 +28,9 @@ class RunReport:
     @classmethod
     def build(cls, record: RunRecord, samples: list[Sample], events: list[Event]) -> RunReport:
         phases = build_phases(events, samples, end=record.wall_seconds)
-        return cls(record=record, samples=samples, events=events, summary=summarise(record, samples),
-                   phases=phases, findings=memory_findings(record, samples, events, phases))
+        summary = summarise(record, samples)
+        findings = diagnose(record, events, phases, summary) + memory_findings(record, samples, events, phases)
+        return cls(record=record, samples=samples, events=events, summary=summary, phases=phases, findings=findings)
 
     @classmethod
     def load(cls, store: Store, ref: str) -> RunReport:

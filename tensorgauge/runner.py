@@ -25,6 +25,7 @@ from tensorgauge.budget.enforce import BudgetWatch, kill_tree
 from tensorgauge.budget.limits import Budget
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.hook import channel as hook_channel
+from tensorgauge.hook.diagnose import DIAGNOSE_ENV
 from tensorgauge.model import RunRecord
 from tensorgauge.recorder import Recorder
 from tensorgauge.sampler import Sampler
@@ -87,7 +88,7 @@ def job_environment(events_path: str | None, run_id: str, hook: bool, base: dict
 
 def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name: str | None = None,
         hook: bool = True, on_start: Callable[[RunRecord], None] | None = None,
-        budget: Budget | None = None, checkpoint_dir: str | None = None) -> RunResult:
+        budget: Budget | None = None, checkpoint_dir: str | None = None, diagnose: bool = False) -> RunResult:
     """Run ``command`` to its end under the monitor and record it in ``store``.
 
     With a ``budget``, the job is kept inside it (see :mod:`tensorgauge.budget.enforce`);
@@ -100,6 +101,8 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
 
     watch = None
     env = job_environment(events_path, run_id, hook)
+    if diagnose:
+        env[DIAGNOSE_ENV] = "1"
     if budget is not None and not budget.empty:
         watch = BudgetWatch(budget, events_path + ".stop", checkpoint_dir)
         env.update(watch.environment())

@@ -65,7 +65,7 @@ def test_memory_findings_name_the_data_set_the_growth_and_the_budget_stop():
 
     events = [ev("dataset", 0.5, op="from_tensor_slices", bytes=800 * mib, elements=100_000),
               ev("dataset", 0.6, op="shuffle", buffer_size=100_000, elements=100_000)]
-    for i in range(3):
+    for i in range(4):
         events += [ev("phase_begin", 1.0 + i, id=i + 1, name=f"epoch {i + 1}", phase_kind="epoch",
                       rss=(1000 + 300 * i) * mib, cpu=0.0),
                    ev("phase_end", 2.0 + i, id=i + 1, rss=(1300 + 300 * i) * mib, cpu=0.5)]

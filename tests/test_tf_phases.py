@@ -131,6 +131,13 @@ def test_hook_does_not_change_results(tg_cmd, store_path):
     hooked = record(tg_cmd, PY, "-c", code).stdout
     bare = subprocess.run([PY, "-c", code], capture_output=True, text=True, check=True).stdout
     assert hooked == bare and "[" in hooked
+    # --diagnose profiles 10 steps and runs compute-only steps at the end of fit, restoring every variable.
+    diagnosed = subprocess.run([*tg_cmd, "run", "-q", "--diagnose", "--", PY, "-c", code],
+                               capture_output=True, text=True, check=True).stdout
+    assert diagnosed == bare
+    events = RunReport.load(Store.open(store_path), "last").events
+    assert [e.kind for e in events if e.kind in ("input_probe", "compute_probe")] == ["input_probe", "compute_probe"]
+    assert not any(e.data.get("error") for e in events if e.kind.endswith("_probe"))
 
 
 def test_monitor_in_process_with_an_explicit_callback(tmp_path):

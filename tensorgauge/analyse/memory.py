@@ -7,7 +7,9 @@ from tensorgauge.model import Event, Finding, Phase, RunRecord, Sample
 from tensorgauge.units import format_bytes
 
 DATASET_IN_MEMORY_BYTES = 100 << 20  # from_tensor_slices inputs worth reporting
-GROWTH_SHARE = 0.25  # fit's RSS rising by this share of its start, epoch after epoch
+# Growth after the first epoch (the allocator warms up during it) worth reporting:
+GROWTH_SHARE_PER_EPOCH = 0.05  # of the RSS at the end of the first epoch
+GROWTH_MIN_BYTES_PER_EPOCH = 32 << 20
 
 
 def peak_phase(phases: list[Phase], t: float | None) -> Phase | None:
@@ -28,15 +30,16 @@ def _datasets(events: list[Event]) -> tuple[int, list[dict]]:
 
 
 def _growth(phases: list[Phase]) -> tuple[int, int] | None:
-    """(RSS at the first epoch's start, growth per epoch) when every epoch ends higher."""
-    epochs = [p for p in phases if p.kind == "epoch" and p.rss_start_bytes and p.rss_end_bytes]
-    if len(epochs) < 2:
+    """(RSS after the first epoch, growth per later epoch) when every later epoch ends higher.
+
+    The first epoch is left out: allocators and caches warm up in it."""
+    ends = [p.rss_end_bytes for p in phases if p.kind == "epoch" and p.rss_end_bytes]
+    if len(ends) < 3:
         return None
-    ends = [p.rss_end_bytes for p in epochs]
     rising = all(b > a for a, b in zip(ends, ends[1:]))
-    grown = ends[-1] - epochs[0].rss_start_bytes
-    if rising and grown > GROWTH_SHARE * epochs[0].rss_start_bytes:
-        return epochs[0].rss_start_bytes, grown // len(epochs)
+    per_epoch = (ends[-1] - ends[0]) // (len(ends) - 1)
+    if rising and per_epoch >= max(GROWTH_MIN_BYTES_PER_EPOCH, GROWTH_SHARE_PER_EPOCH * ends[0]):
+        return ends[0], per_epoch
     return None
 
 
@@ -72,7 +75,7 @@ def memory_findings(record: RunRecord, samples: list[Sample], events: list[Event
         findings.append(Finding(
             id="memory_growth", severity="moderate",
             title=f"Memory grows by {format_bytes(per_epoch)} per epoch during training",
-            evidence={"rss_first_epoch_start_bytes": start, "growth_per_epoch_bytes": per_epoch},
+            evidence={"rss_after_first_epoch_bytes": start, "growth_per_epoch_bytes": per_epoch},
             fix="Something keeps a reference to every batch or result: look for lists that collect tensors, "
                 "arrays or histories inside callbacks or the training loop, and keep only what you need "
                 "(e.g. float(loss) instead of the tensor).",

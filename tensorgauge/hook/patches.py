@@ -15,7 +15,7 @@ import functools
 import os
 import sys
 
-from tensorgauge.hook import budget
+from tensorgauge.hook import budget, diagnose
 from tensorgauge.hook.agent import agent
 
 _MARK = "__tensorgauge_wrapped__"
@@ -68,12 +68,14 @@ def make_callback_class(base):
         # We never read logs: tf_keras need not turn them into numpy each batch.
         _supports_tf_logs = True
 
-        def __init__(self, budget_callbacks=None):
+        def __init__(self, budget_callbacks=None, fit_input=None):
             super().__init__()
             self._phases: dict[str, int | None] = {}
             self._budget_callbacks = budget_callbacks  # fit's callbacks, for a checkpoint at a stop
             self._watch_budget = bool(os.environ.get(budget.STOP_FILE_ENV))
             self._epoch = 0
+            self._window = diagnose.ProfilerWindow() if diagnose.enabled() and fit_input is not None else None
+            self._fit_input = fit_input  # (x, y, batch_size) for the compute-only probe
 
         def _begin(self, key, name, kind, auto=True):
             self._phases[key] = agent().begin(name, kind, auto=auto)
@@ -86,6 +88,12 @@ def make_callback_class(base):
             self._begin("fit", "fit", "fit")
 
         def on_train_end(self, logs=None):
+            if self._window is not None:
+                probe = self._window.active or (self._window.step_starts and not self._window.probed)
+                self._window.finish()
+                if probe:
+                    self._window.probed = True
+                    diagnose.compute_probe(self.model, self._fit_input)
             self._end("fit")
 
         def on_test_begin(self, logs=None):
@@ -109,6 +117,8 @@ def make_callback_class(base):
 
         def on_train_batch_begin(self, batch, logs=None):
             agent().step_begin()
+            if self._window is not None:
+                self._window.on_step_begin()
             if self._watch_budget and budget.stop_requested():
                 budget.stop_training(self.model, self._budget_callbacks, _keras_callbacks, self._epoch)
 
@@ -139,12 +149,18 @@ def _with_callback(fn, kind: str, callback_class, keras_callbacks):
                 if backup is not None:
                     callbacks.insert(0, backup)  # restore before the job's own callbacks look
             if not any(getattr(cb, "_tensorgauge", False) for cb in callbacks):
-                callbacks.append(callback_class(callbacks if kind == "fit" else None))
+                fit_input = None
+                if kind == "fit":
+                    fit_input = (args[0] if args else kwargs.get("x"), args[1] if len(args) > 1 else kwargs.get("y"),
+                                 args[2] if len(args) > 2 else kwargs.get("batch_size"))
+                callbacks.append(callback_class(callbacks if kind == "fit" else None, fit_input))
             if in_args:
                 args[position] = callbacks
             else:
                 kwargs["callbacks"] = callbacks
         label = "validation" if kind == "evaluate" and agent().inside("fit") else kind
+        if kind == "fit":
+            diagnose.send_fit_config(self, args, kwargs)
         result = phase_wrapper(fn, kind, label)(self, *args, **kwargs)
         if kind == "fit":
             budget.exit_if_stopped()
@@ -242,6 +258,7 @@ def on_imported(name: str, module) -> None:
     """Called by the import watcher when a watched package has loaded."""
     if name == "tensorflow":
         patch_tensorflow()
+        diagnose.patch_tracing()
         budget.apply_gpu_memory_limit(module)
         import threading
 

@@ -46,8 +46,18 @@ def tensorflow_facts() -> dict:
     return facts
 
 
+THREAD_ENV = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS")
+
+
 def python_facts() -> dict:
-    facts = {"python": sys.version.split()[0], "executable": sys.executable}
+    import os
+
+    facts = {"python": sys.version.split()[0], "executable": sys.executable,
+             "thread_env": {k: os.environ[k] for k in THREAD_ENV if k in os.environ}}
+    try:
+        facts["affinity_cpus"] = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        facts["affinity_cpus"] = os.cpu_count()
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         facts["numpy_version"] = getattr(numpy, "__version__", None)

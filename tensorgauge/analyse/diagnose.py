@@ -1,0 +1,192 @@
+"""Why a TensorFlow job is slow: findings with measured evidence and a fix.
+
+Pure: from the recorded run (phases, samples, the hook's events, the
+environment). Thresholds are named below; severities for ``input_bound``
+follow the TF Profiler's grading (>= 20% of step time high, 5-20% moderate).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+
+from tensorgauge.model import Event, Finding, Phase, RunRecord, Summary
+
+INPUT_HIGH, INPUT_MODERATE = 0.20, 0.05
+SATURATED = 0.85  # cores busy / cores allowed at which more parallelism cannot help
+THREAD_BOUND = 0.8  # cores busy / thread limit at which the limit is what binds
+IDLE = 0.5  # cores busy / cores allowed under which cores count as idle
+RETRACES_MODERATE, RETRACES_HIGH = 5, 20
+SMALL_STEP_SECONDS, SMALL_BATCH = 0.003, 64
+STARTUP_SHARE, STARTUP_MIN_SECONDS = 0.5, 3.0
+
+PERFORMANCE_IDS = ("input_bound", "eager_execution", "retracing", "thread_limited", "cpu_oversubscribed",
+                   "cores_idle", "small_batch", "startup_dominated")
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms"
+
+
+def _main_fit(phases: list[Phase]) -> Phase | None:
+    fits = [p for p in phases if p.kind == "fit"]
+    return max(fits, key=lambda p: p.wall_seconds) if fits else None
+
+
+def _last(events: list[Event], kind: str, before: float | None = None) -> dict | None:
+    found = [e for e in events if e.kind == kind and (before is None or e.t <= before + 1e-6)]
+    return found[-1].data if found else None
+
+
+def input_bound(probe: dict | None, fit: Phase | None, allowed: float,
+                compute_probe: dict | None = None) -> Finding | None:
+    """From the profiler window; the compute-only limit from the compute probe when there is one
+    (compute right after an input wait runs slower than back to back, so step - wait overstates it)."""
+    if not probe or not probe.get("step_seconds") or not probe.get("get_next_seconds"):
+        return None
+    step = statistics.median(probe["step_seconds"])
+    wait = min(statistics.median(probe["get_next_seconds"]), step)
+    share = wait / step if step > 0 else 0.0
+    if share < INPUT_MODERATE:
+        return None
+    measured = (compute_probe or {}).get("step_seconds")
+    compute = statistics.median(measured) if measured else step - wait
+    busy = fit.cores_busy_mean if fit else 0.0
+    saturated = busy >= SATURATED * allowed
+    evidence = {"input_share": round(share, 3), "input_wait_seconds_per_step": round(wait, 6),
+                "step_seconds": round(step, 6), "compute_only_step_seconds": round(compute, 6),
+                "compute_in_job_seconds": round(step - wait, 6), "compute_probe_steps": len(measured or []),
+                "cores_busy_mean": round(busy, 2), "cores_allowed": allowed,
+                "window_steps": len(probe["step_seconds"])}
+    if saturated:
+        fix = ("The input pipeline already keeps the cores busy, so more parallelism (num_parallel_calls, "
+               "prefetch) cannot help. Do less work per element: .cache() after a deterministic map so it runs "
+               "once, preprocess once offline and store the result, or vectorise (batch before map).")
+        gain = (f"little from parallelism: the cores are saturated ({busy:.2f} of {allowed:g}); the limit is "
+                f"{_ms(compute)} a step if the input work is removed")
+    else:
+        fix = ("Parallelise and overlap the input pipeline: .map(f, num_parallel_calls=tf.data.AUTOTUNE) and "
+               "end it with .prefetch(tf.data.AUTOTUNE); if the map is deterministic, .cache() after it.")
+        gain = (f"up to {step / max(compute, 1e-9):.1f}x faster steps ({_ms(step)} -> {_ms(compute)}, "
+                f"the compute-only limit)")
+    return Finding(id="input_bound", severity="high" if share >= INPUT_HIGH else "moderate",
+                   title=f"Training waits for input {share:.0%} of each step ({_ms(wait)} of {_ms(step)})",
+                   evidence=evidence, fix=fix, expected_gain=gain)
+
+
+def eager_execution(config: dict | None, fit: Phase | None) -> Finding | None:
+    if not config or not (config.get("run_eagerly") or config.get("functions_run_eagerly")):
+        return None
+    switch = "model.run_eagerly" if config.get("run_eagerly") else "tf.config.run_functions_eagerly(True)"
+    return Finding(
+        id="eager_execution", severity="high",
+        title=f"fit runs eagerly ({switch}): every op is dispatched from Python, step by step",
+        evidence={"run_eagerly": config.get("run_eagerly"), "functions_run_eagerly": config.get("functions_run_eagerly"),
+                  "step_seconds_p50": fit.step_seconds_p50 if fit else None},
+        fix="Remove run_eagerly=True from compile() (or set model.run_eagerly = False) and call "
+            "tf.config.run_functions_eagerly(False): fit then runs a compiled graph. Keep eager mode for debugging only.",
+        expected_gain="graph execution is usually several times faster on small and medium models")
+
+
+def retracing(events: list[Event]) -> Finding | None:
+    counts = Counter(e.data.get("function", "?") for e in events if e.kind == "trace")
+    worst = [(name, n) for name, n in counts.most_common() if n > RETRACES_MODERATE]
+    if not worst:
+        return None
+    name, n = worst[0]
+    return Finding(
+        id="retracing", severity="high" if n > RETRACES_HIGH else "moderate",
+        title=f"tf.function '{name}' was traced {n} times",
+        evidence={"traces": dict(worst)},
+        fix="Give the function a fixed input_signature (or reduce_retracing=True), pass tensors instead of Python "
+            "numbers, and keep batch shapes constant (drop_remainder=True).",
+        expected_gain="each trace costs a graph build (often 0.1-1 s); stable signatures trace once")
+
+
+def thread_limited(config: dict | None, job: dict, fit: Phase | None, allowed: float) -> Finding | None:
+    if fit is None:
+        return None
+    limits = {}
+    intra = (config or {}).get("intra_op_threads") or int((job.get("thread_env") or {}).get("TF_NUM_INTRAOP_THREADS", 0))
+    if intra:
+        limits["intra_op_threads"] = intra
+    if job.get("affinity_cpus"):
+        limits["affinity_cpus"] = job["affinity_cpus"]
+    limit = min(limits.values(), default=None)
+    if not limit or limit >= allowed or fit.cores_busy_mean < THREAD_BOUND * limit:
+        return None
+    what = " and ".join(f"{k.replace('_', ' ')} = {v}" for k, v in limits.items() if v == limit)
+    return Finding(
+        id="thread_limited", severity="high" if allowed / limit >= 2 else "moderate",
+        title=f"TensorFlow is held to {limit:g} of {allowed:g} CPUs ({what}) and uses all it has",
+        evidence={**limits, "cores_allowed": allowed, "fit_cores_busy_mean": round(fit.cores_busy_mean, 2)},
+        fix=f"Let TensorFlow use the CPUs it may: remove tf.config.threading.set_intra_op_parallelism_threads"
+            f"({limit:g}) / TF_NUM_INTRAOP_THREADS (or set them to {allowed:g}) and widen the affinity mask (taskset).",
+        expected_gain=f"up to {allowed / limit:.1f}x for compute-bound steps")
+
+
+def small_batch(config: dict | None, fit: Phase | None) -> Finding | None:
+    if fit is None or not fit.step_seconds_p50 or fit.step_seconds_p50 >= SMALL_STEP_SECONDS:
+        return None
+    batch = (config or {}).get("batch_size")
+    if batch is not None and batch > SMALL_BATCH:
+        return None
+    per_execution = (config or {}).get("steps_per_execution") or 1
+    return Finding(
+        id="small_batch", severity="moderate",
+        title=f"Steps are tiny ({_ms(fit.step_seconds_p50)}, batch {batch or '?'}): per-step overhead dominates",
+        evidence={"step_seconds_p50": fit.step_seconds_p50, "batch_size": batch, "steps_per_execution": per_execution},
+        fix="Raise batch_size (e.g. 256, adjusting the learning rate), or compile(steps_per_execution=32) so "
+            "Python dispatches once per 32 steps.",
+        expected_gain="per-example throughput rises until steps take several milliseconds")
+
+
+def startup_dominated(phases: list[Phase], wall: float) -> Finding | None:
+    imports = sum(p.wall_seconds for p in phases if p.kind == "import" and p.parent is None)
+    fit = _main_fit(phases)
+    first_step = (fit.step_seconds_max or 0.0) if fit else 0.0  # the first step traces the train function
+    startup = imports + first_step
+    if wall < STARTUP_MIN_SECONDS or startup < STARTUP_SHARE * wall:
+        return None
+    return Finding(
+        id="startup_dominated", severity="low",
+        title=f"Start-up took {startup / wall:.0%} of the run ({imports:.1f} s importing TensorFlow, "
+              f"{first_step:.1f} s building the first step)",
+        evidence={"import_seconds": round(imports, 3), "first_step_seconds": round(first_step, 3),
+                  "wall_seconds": round(wall, 3)},
+        fix="For short jobs this is expected. Train longer per process, or keep one process and run many jobs in "
+            "it (a notebook, a server) instead of a new process each time.",
+        expected_gain=None)
+
+
+def cores_idle(fit: Phase | None, allowed: float, explained: bool) -> Finding | None:
+    if fit is None or explained or fit.wall_seconds < 1.0 or fit.cores_busy_mean >= IDLE * allowed:
+        return None
+    return Finding(
+        id="cores_idle", severity="moderate",
+        title=f"Cores sit idle during training: {fit.cores_busy_mean:.2f} of {allowed:g} busy on average",
+        evidence={"fit_cores_busy_mean": round(fit.cores_busy_mean, 2), "cores_allowed": allowed,
+                  "step_seconds_p50": fit.step_seconds_p50},
+        fix="Run with --diagnose to measure the input pipeline; a larger batch gives each op more parallel work.",
+        expected_gain=None)
+
+
+def diagnose(record: RunRecord, events: list[Event], phases: list[Phase], summary: Summary) -> list[Finding]:
+    """Performance findings, most severe first."""
+    fit = _main_fit(phases)
+    allowed = float((record.env.get("host") or {}).get("cores_allowed") or 1)
+    job = record.env.get("job") or {}
+    config = _last(events, "fit_config", fit.start if fit else None)
+    probe = next((e.data for e in events if e.kind == "input_probe" and not e.data.get("error")), None)
+    compute = next((e.data for e in events if e.kind == "compute_probe" and not e.data.get("error")), None)
+    findings = [f for f in (
+        input_bound(probe, fit, allowed, compute),
+        eager_execution(config, fit),
+        retracing(events),
+        thread_limited(config, job, fit, allowed),
+        small_batch(config, fit),
+    ) if f is not None]
+    idle = cores_idle(fit, allowed, explained=bool(findings))
+    findings += [f for f in (idle, startup_dominated(phases, record.wall_seconds or 0.0)) if f is not None]
+    order = {"high": 0, "moderate": 1, "low": 2, "info": 3}
+    return sorted(findings, key=lambda f: order.get(f.severity, 4))

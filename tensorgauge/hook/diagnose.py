@@ -1,0 +1,214 @@
+"""Evidence for the diagnosis, gathered inside the job.
+
+Always on (each costs nothing per step):
+
+- ``fit_config`` at each ``fit``: run_eagerly, functions_run_eagerly,
+  jit_compile, steps_per_execution, batch size, whether the input is a
+  ``tf.data.Dataset``.
+- ``trace`` each time a ``tf.function`` is traced (a retrace is a trace of a
+  function traced before).
+
+With ``$TENSORGAUGE_DIAGNOSE`` (``tensorgauge run --diagnose``): a profiler
+window over :data:`WINDOW_STEPS` training steps of the first ``fit``, after
+:data:`WINDOW_START` warm-up steps. The window's trace gives, per step, the
+time spent in ``IteratorGetNext`` (waiting for the input pipeline: Keras
+fetches the batch inside the compiled train function); the step times come
+from the hook's own step marks. The trace is parsed in the job and sent as one
+``input_probe`` event; the trace files are deleted.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+from tensorgauge.hook.channel import channel
+
+DIAGNOSE_ENV = "TENSORGAUGE_DIAGNOSE"
+WINDOW_START = 10
+WINDOW_STEPS = 10
+_GET_NEXT = "IteratorGetNextOp::DoCompute"
+
+
+def enabled() -> bool:
+    return bool(os.environ.get(DIAGNOSE_ENV))
+
+
+def send_fit_config(model, args: list, kwargs: dict) -> None:
+    """What fit was asked to do, as far as it bears on speed."""
+    try:
+        tf = sys.modules.get("tensorflow")
+        x = args[0] if args else kwargs.get("x")
+        batch_size = kwargs.get("batch_size", args[2] if len(args) > 2 else None)
+        is_dataset = tf is not None and isinstance(x, tf.data.Dataset)
+        if is_dataset and batch_size is None:
+            batch_size = _dataset_batch_size(x)
+        threading = tf.config.threading if tf else None
+        channel().emit("fit_config", run_eagerly=bool(getattr(model, "run_eagerly", False)),
+                       intra_op_threads=threading.get_intra_op_parallelism_threads() if threading else None,
+                       inter_op_threads=threading.get_inter_op_parallelism_threads() if threading else None,
+                       functions_run_eagerly=bool(tf.config.functions_run_eagerly()) if tf else None,
+                       jit_compile=str(getattr(model, "jit_compile", None)),
+                       steps_per_execution=int(getattr(model, "steps_per_execution", 1) or 1),
+                       batch_size=int(batch_size) if batch_size else (None if is_dataset else 32),
+                       dataset=is_dataset)
+    except Exception:
+        pass
+
+
+def _dataset_batch_size(dataset) -> int | None:
+    """The batch size of a batched tf.data pipeline, from its element spec."""
+    try:
+        import tensorflow as tf
+
+        spec = tf.nest.flatten(dataset.element_spec)[0]
+        return spec.shape[0] if spec.shape.rank else None
+    except Exception:
+        return None
+
+
+def patch_tracing() -> None:
+    """Count traces per tf.function (``tracing_compilation._create_concrete_function``)."""
+    module = sys.modules.get("tensorflow.python.eager.polymorphic_function.tracing_compilation")
+    original = getattr(module, "_create_concrete_function", None)
+    if original is None or getattr(original, "__tensorgauge_wrapped__", None):
+        return
+
+    @functools.wraps(original)
+    def traced(function_type, type_context, func_graph, tracing_options):
+        try:
+            channel().emit("trace", function=str(getattr(tracing_options, "name", "?")))
+        except Exception:
+            pass
+        return original(function_type, type_context, func_graph, tracing_options)
+
+    traced.__tensorgauge_wrapped__ = original
+    module._create_concrete_function = traced
+
+
+PROBE_STEPS = 12
+
+
+def _batch_like(x, y, batch_size: int | None):
+    """A batch of zeros shaped like fit's input: from a Dataset's spec or the arrays."""
+    import tensorflow as tf
+
+    if isinstance(x, tf.data.Dataset):
+        spec = x.element_spec
+        flat = tf.nest.flatten(spec)
+        batch = next((s.shape[0] for s in flat if s.shape.rank and s.shape[0]), None) or batch_size or 32
+        return tf.nest.map_structure(
+            lambda s: tf.zeros([batch if d is None else d for d in s.shape], s.dtype), spec)
+    batch = batch_size or 32
+
+    def zeros(array):
+        return tf.zeros((batch, *array.shape[1:]), tf.as_dtype(array.dtype))
+
+    return (tf.nest.map_structure(zeros, x), tf.nest.map_structure(zeros, y)) if y is not None else \
+        tf.nest.map_structure(zeros, x)
+
+
+def compute_probe(model, fit_input) -> None:
+    """Compute-only step time: the train function on one repeated batch, no input work.
+
+    Every variable the steps touch (model, optimizer, metrics) is copied before
+    and restored after, so the job's results do not change.
+    """
+    try:
+        import tensorflow as tf
+
+        x, y, batch_size = fit_input
+        variables = {id(v): v for v in [*model.variables, *getattr(model.optimizer, "variables", []),
+                                        *getattr(model, "metrics_variables", [])]}.values()
+        saved = [(v, v.numpy()) for v in variables]
+        iterator = iter(tf.data.Dataset.from_tensors(_batch_like(x, y, batch_size)).repeat())
+        times = []
+        try:
+            for _ in range(PROBE_STEPS):
+                start = time.monotonic()
+                logs = model.train_function(iterator)
+                tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, logs)  # wait for it
+                times.append(time.monotonic() - start)
+        finally:
+            for variable, value in saved:
+                variable.assign(value)
+        channel().emit("compute_probe", step_seconds=times[2:])
+    except Exception as exc:
+        channel().emit("compute_probe", error=f"{type(exc).__name__}: {exc}")
+
+
+class ProfilerWindow:
+    """Profiles WINDOW_STEPS training steps once per process (see the module doc)."""
+
+    done = False
+
+    def __init__(self):
+        self.active = False
+        self.probed = False
+        self.logdir: str | None = None
+        self.step_starts: list[float] = []
+        self.seen = 0
+
+    def on_step_begin(self) -> None:
+        if ProfilerWindow.done:
+            return
+        self.seen += 1
+        now = time.monotonic()
+        if not self.active and self.seen == WINDOW_START + 1:
+            self._start()
+        if self.active:
+            self.step_starts.append(now)
+            if len(self.step_starts) > WINDOW_STEPS:
+                self.finish()
+
+    def _start(self) -> None:
+        try:
+            import tensorflow as tf
+
+            self.logdir = tempfile.mkdtemp(prefix="tensorgauge-profile-")
+            tf.profiler.experimental.start(self.logdir)
+            self.active = True
+        except Exception as exc:
+            ProfilerWindow.done = True
+            channel().emit("input_probe", error=f"{type(exc).__name__}: {exc}")
+
+    def finish(self) -> None:
+        """Stop the profiler (at the window's end, or when fit ends first) and report."""
+        if not self.active:
+            return
+        self.active = False
+        ProfilerWindow.done = True
+        try:
+            import tensorflow as tf
+
+            tf.profiler.experimental.stop()
+            steps = [b - a for a, b in zip(self.step_starts, self.step_starts[1:])]
+            waits = self._get_next_seconds(self.step_starts[0], len(steps))
+            channel().emit("input_probe", step_seconds=steps, get_next_seconds=waits)
+        except Exception as exc:
+            channel().emit("input_probe", error=f"{type(exc).__name__}: {exc}")
+        finally:
+            shutil.rmtree(self.logdir, ignore_errors=True)
+
+    def _get_next_seconds(self, first_start: float, steps: int) -> list[float]:
+        """IteratorGetNext durations in the window, in order (one per step)."""
+        from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+        paths = glob.glob(os.path.join(self.logdir, "**", "*.xplane.pb"), recursive=True)
+        space = xplane_pb2.XSpace()
+        with open(paths[0], "rb") as f:
+            space.ParseFromString(f.read())
+        found: list[tuple[int, float]] = []
+        for plane in space.planes:
+            names = {key: meta.name for key, meta in plane.event_metadata.items()}
+            for line in plane.lines:
+                for event in line.events:
+                    if names.get(event.metadata_id) == _GET_NEXT:
+                        found.append((line.timestamp_ns * 1000 + event.offset_ps, event.duration_ps / 1e12))
+        found.sort()
+        return [seconds for _, seconds in found[:steps]]

@@ -1,0 +1,70 @@
+"""The diagnosis rules on hand-built runs."""
+
+from tensorgauge.analyse.diagnose import (cores_idle, diagnose, eager_execution, input_bound, retracing,
+                                          small_batch, startup_dominated, thread_limited)
+from tensorgauge.analyse.summary import summarise
+from tensorgauge.model import Event, Phase, RunRecord
+
+
+def fit(cores=1.0, wall=10.0, p50=0.02, step_max=0.5):
+    return Phase(name="fit", kind="fit", start=5.0, end=5.0 + wall, cores_busy_mean=cores,
+                 step_seconds_p50=p50, step_seconds_max=step_max, steps=100)
+
+
+def test_input_bound_severity_fix_and_saturation():
+    probe = {"step_seconds": [0.1] * 10, "get_next_seconds": [0.08] * 10}
+    finding = input_bound(probe, fit(cores=0.6), allowed=2.0)
+    assert finding.severity == "high" and finding.evidence["input_share"] == 0.8
+    assert finding.evidence["compute_only_step_seconds"] == 0.02
+    assert "num_parallel_calls" in finding.fix and "5.0x" in finding.expected_gain
+    saturated = input_bound(probe, fit(cores=1.9), allowed=2.0)
+    assert "cannot help" in saturated.fix and "saturated" in saturated.expected_gain
+    moderate = input_bound({"step_seconds": [0.1] * 10, "get_next_seconds": [0.01] * 10}, fit(), 2.0)
+    assert moderate.severity == "moderate"
+    assert input_bound({"step_seconds": [0.1] * 10, "get_next_seconds": [0.004] * 10}, fit(), 2.0) is None
+    assert input_bound(None, fit(), 2.0) is None and input_bound({"error": "x"}, fit(), 2.0) is None
+
+
+def test_eager_and_retracing():
+    assert eager_execution({"run_eagerly": True}, fit()).severity == "high"
+    assert "run_functions_eagerly" in eager_execution({"functions_run_eagerly": True}, fit()).title
+    assert eager_execution({"run_eagerly": False, "functions_run_eagerly": False}, fit()) is None
+    traces = [Event(t=i, pid=1, kind="trace", data={"function": "step"}) for i in range(8)]
+    traces += [Event(t=9, pid=1, kind="trace", data={"function": "train_function"})] * 2
+    finding = retracing(traces)
+    assert finding.severity == "moderate" and finding.evidence["traces"] == {"step": 8}
+    assert retracing(traces[:5]) is None
+    assert retracing(traces[:1] * 25).severity == "high"
+
+
+def test_thread_limited_needs_the_limit_to_bind():
+    assert thread_limited({"intra_op_threads": 1}, {}, fit(cores=0.98), allowed=2.0).severity == "high"
+    by_env = thread_limited({"intra_op_threads": 0}, {"thread_env": {"TF_NUM_INTRAOP_THREADS": "2"}, "affinity_cpus": 4},
+                            fit(cores=1.9), allowed=4.0)
+    assert by_env.evidence["intra_op_threads"] == 2 and by_env.severity == "high"
+    assert thread_limited({"intra_op_threads": 1}, {}, fit(cores=0.4), allowed=2.0) is None  # not what binds
+    assert thread_limited({"intra_op_threads": 2}, {}, fit(cores=1.9), allowed=2.0) is None  # no limit below
+    assert thread_limited({"intra_op_threads": 1}, {}, None, allowed=2.0) is None
+
+
+def test_small_batch_startup_and_idle():
+    assert small_batch({"batch_size": 8}, fit(p50=0.001)).severity == "moderate"
+    assert small_batch({"batch_size": 512}, fit(p50=0.001)) is None
+    assert small_batch({"batch_size": 8}, fit(p50=0.01)) is None
+    imp = Phase(name="import tensorflow", kind="import", start=0.2, end=4.2)
+    assert startup_dominated([imp, fit(wall=1.0, step_max=0.8)], wall=6.5).severity == "low"
+    assert startup_dominated([imp, fit(wall=20.0)], wall=25.0) is None
+    assert cores_idle(fit(cores=0.5), allowed=2.0, explained=False).severity == "moderate"
+    assert cores_idle(fit(cores=0.5), allowed=2.0, explained=True) is None
+    assert cores_idle(fit(cores=1.5), allowed=2.0, explained=False) is None
+
+
+def test_diagnose_orders_by_severity_and_reads_the_run():
+    record = RunRecord(run_id="r", command=["x"], started_at="2026", wall_seconds=30.0,
+                       env={"host": {"cores_allowed": 2.0}, "job": {"affinity_cpus": 2}})
+    events = [Event(t=4.0, pid=1, kind="fit_config", data={"run_eagerly": True, "batch_size": 16,
+                                                            "intra_op_threads": 0}),
+              Event(t=9.0, pid=1, kind="input_probe",
+                    data={"step_seconds": [0.1] * 10, "get_next_seconds": [0.01] * 10})]
+    findings = diagnose(record, events, [fit(cores=0.5, wall=20.0)], summarise(record, []))
+    assert [f.id for f in findings] == ["eager_execution", "input_bound"]

@@ -1,0 +1,61 @@
+"""Each built-in scenario's cause is found; the healthy one gets no performance warning;
+the input evidence agrees with an independent A/B measurement of the same job."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import needs_tf
+from tensorgauge.analyse.diagnose import PERFORMANCE_IDS
+from tensorgauge.cli import main
+from tensorgauge.report import RunReport
+from tensorgauge.store import Store
+
+pytestmark = [needs_tf, pytest.mark.tf]
+
+
+def findings_of(store_path, scenario):
+    report = RunReport.load(Store.open(store_path), f"scenario {scenario}")
+    return report, {f.id: f for f in report.findings}
+
+
+def warnings(found):
+    """Performance findings that warn (high or moderate); `low` is advice, e.g. start-up of a short job."""
+    return [i for i, f in found.items() if i in PERFORMANCE_IDS and f.severity in ("high", "moderate")]
+
+
+@pytest.mark.parametrize("scenario, cause", [
+    ("eager", "eager_execution"), ("thread-limited", "thread_limited"),
+])
+def test_scenario_cause_is_found(store_path, capsys, scenario, cause):
+    assert main(["demo", "--scenario", scenario]) == 0
+    _, found = findings_of(store_path, scenario)
+    assert cause in found and found[cause].severity == "high"
+    assert warnings(found) == [cause]  # and nothing else is blamed
+    assert cause in capsys.readouterr().out
+
+
+def test_healthy_job_gets_no_warning(store_path):
+    assert main(["demo", "--scenario", "healthy"]) == 0
+    report, found = findings_of(store_path, "healthy")
+    assert [f for f in report.findings if f.severity in ("high", "moderate")] == []
+    assert not any(e.data.get("error") for e in report.events if e.kind == "input_probe")
+
+
+def test_input_bound_evidence_matches_an_independent_ab_measurement(store_path):
+    assert main(["demo", "--scenario", "input-bound"]) == 0
+    _, found = findings_of(store_path, "input-bound")
+    assert warnings(found) == ["input_bound"]
+    evidence = found["input_bound"].evidence
+    assert found["input_bound"].severity == "high" and evidence["window_steps"] == 10
+    ab = json.loads(subprocess.run([sys.executable, "-m", "tensorgauge.scenarios.input_bound", "--ab"],
+                                   capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1])
+    assert evidence["input_wait_seconds_per_step"] == pytest.approx(ab["input_only_batch_seconds"], rel=0.15)
+    assert evidence["compute_only_step_seconds"] == pytest.approx(ab["compute_only_step_seconds"], rel=0.15)
+
+
+def test_bad_scenario_name(capsys):
+    assert main(["demo", "--scenario", "nope"]) == 2
+    assert "no scenario 'nope' (choose from: default, input-bound" in capsys.readouterr().err
