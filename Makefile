@@ -35,6 +35,7 @@ test: $(VENV)/.installed-test
 bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/sampler_overhead.py
 	$(BIN)/python benchmarks/hook_overhead.py
+	$(BIN)/python benchmarks/diagnose_overhead.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -126,7 +126,31 @@ def cmd_run(args) -> int:
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
+    if args.try_fixes:
+        return _try_fixes(args, command)
     return _record(args, command, args.name)
+
+
+def _try_fixes(args, command: list[str]) -> int:
+    from tensorgauge.render.terminal import render_trials
+    from tensorgauge.runner import resolve_command
+    from tensorgauge.tryfixes import try_fixes
+
+    resolve_command(command)
+    store = _open_store(args)
+    err = _console(stderr=True)
+    trials = try_fixes(command, store, progress=lambda line: err.print(f"[dim]tensorgauge: {line}[/dim]"))
+    render_trials(_console(), trials)
+    if args.json:
+        text = json.dumps({"schema": "tensorgauge.try_fixes/1", "trials": [t.to_dict() for t in trials]}, indent=2)
+        if args.json == "-":
+            sys.stdout.write(text + "\n")
+        else:
+            try:
+                Path(args.json).write_text(text + "\n")
+            except OSError as exc:
+                raise TensorgaugeError(f"cannot write {args.json}: {exc.strerror}") from None
+    return 0
 
 
 def cmd_runs(args) -> int:
@@ -205,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-hook", action="store_true", help="record from outside only: no phases")
     p.add_argument("--diagnose", action="store_true",
                    help="also profile a window of 10 training steps to measure the input pipeline's share")
+    p.add_argument("--try-fixes", action="store_true",
+                   help="time a short window of the first fit as it is and with each applicable fix "
+                        "(parallel map, prefetch, eager off, thread pools), and report each one's speedup")
     p.add_argument("--max-memory", metavar="SIZE",
                    help="memory budget for the job's process tree: 10%% of RAM, 4GiB, 512MiB. At 90%% "
                         "training is checkpointed and stopped (exit 75); past 100%% the job is killed")

@@ -56,6 +56,7 @@ class Sample:
     mem_used_bytes: int | None = None  # whole machine
     mem_available_bytes: int | None = None
     cpu_percent: list[float] | None = None  # per CPU the job may run on
+    runnable: int | None = None  # threads running or waiting for a CPU, whole machine (once a second)
     gpus: list[GpuReading] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:

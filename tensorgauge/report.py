@@ -29,7 +29,7 @@ class RunReport:
     def build(cls, record: RunRecord, samples: list[Sample], events: list[Event]) -> RunReport:
         phases = build_phases(events, samples, end=record.wall_seconds)
         summary = summarise(record, samples)
-        findings = diagnose(record, events, phases, summary) + memory_findings(record, samples, events, phases)
+        findings = diagnose(record, events, phases, summary, samples) + memory_findings(record, samples, events, phases)
         return cls(record=record, samples=samples, events=events, summary=summary, phases=phases, findings=findings)
 
     @classmethod

@@ -88,7 +88,8 @@ def job_environment(events_path: str | None, run_id: str, hook: bool, base: dict
 
 def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name: str | None = None,
         hook: bool = True, on_start: Callable[[RunRecord], None] | None = None,
-        budget: Budget | None = None, checkpoint_dir: str | None = None, diagnose: bool = False) -> RunResult:
+        budget: Budget | None = None, checkpoint_dir: str | None = None, diagnose: bool = False,
+        extra_env: dict[str, str] | None = None) -> RunResult:
     """Run ``command`` to its end under the monitor and record it in ``store``.
 
     With a ``budget``, the job is kept inside it (see :mod:`tensorgauge.budget.enforce`);
@@ -103,6 +104,7 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     env = job_environment(events_path, run_id, hook)
     if diagnose:
         env[DIAGNOSE_ENV] = "1"
+    env.update(extra_env or {})
     if budget is not None and not budget.empty:
         watch = BudgetWatch(budget, events_path + ".stop", checkpoint_dir)
         env.update(watch.environment())

@@ -66,6 +66,7 @@ class Sampler:
             mem_used_bytes=memory.used_bytes if memory else None,
             mem_available_bytes=memory.available_bytes if memory else None,
             cpu_percent=self._per_cpu_percent(),
+            runnable=self.system.runnable() if slow else None,
             gpus=self.gpus.read(),
         )
         self.last = sample

@@ -17,7 +17,9 @@ from typing import Iterable
 from tensorgauge.errors import StoreError, UnknownRunError
 from tensorgauge.model import Event, GpuReading, RunRecord, Sample
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# What each version adds to the one before; applied in order to older stores.
+_MIGRATIONS = {2: "ALTER TABLE samples ADD COLUMN runnable INTEGER;"}
 STORE_ENV = "TENSORGAUGE_STORE"
 
 _SCHEMA = """
@@ -30,7 +32,7 @@ CREATE TABLE IF NOT EXISTS samples (
     run_id TEXT NOT NULL, t REAL NOT NULL, cpu_seconds REAL NOT NULL, cores_busy REAL,
     rss_bytes INTEGER NOT NULL, threads INTEGER, processes INTEGER,
     read_bytes INTEGER, write_bytes INTEGER, uss_bytes INTEGER, pss_bytes INTEGER,
-    mem_used_bytes INTEGER, mem_available_bytes INTEGER, cpu_percent TEXT, gpus TEXT
+    mem_used_bytes INTEGER, mem_available_bytes INTEGER, cpu_percent TEXT, gpus TEXT, runnable INTEGER
 );
 CREATE INDEX IF NOT EXISTS samples_run ON samples (run_id, t);
 CREATE TABLE IF NOT EXISTS events (
@@ -41,7 +43,7 @@ CREATE INDEX IF NOT EXISTS events_run ON events (run_id, t);
 
 _SAMPLE_COLUMNS = ("t", "cpu_seconds", "cores_busy", "rss_bytes", "threads", "processes",
                    "read_bytes", "write_bytes", "uss_bytes", "pss_bytes", "mem_used_bytes",
-                   "mem_available_bytes", "cpu_percent", "gpus")
+                   "mem_available_bytes", "cpu_percent", "gpus", "runnable")
 _INSERT_SAMPLE = (f"INSERT INTO samples (run_id, {', '.join(_SAMPLE_COLUMNS)}) "
                   f"VALUES (?{', ?' * len(_SAMPLE_COLUMNS)})")
 
@@ -81,8 +83,11 @@ class Store:
                                  f"up to {SCHEMA_VERSION} (upgrade tensorgauge)")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
-            if version < SCHEMA_VERSION:
+            if version == 0:
                 conn.executescript("BEGIN;" + _SCHEMA + f"PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
+            elif version < SCHEMA_VERSION:
+                steps = "".join(_MIGRATIONS[v] for v in range(version + 1, SCHEMA_VERSION + 1))
+                conn.executescript(f"BEGIN; {steps} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"store {path} is not a usable tensorgauge database ({exc})") from None
         except OSError as exc:
@@ -194,7 +199,7 @@ def _sample_row(s: Sample) -> tuple:
     return (s.t, s.cpu_seconds, s.cores_busy, s.rss_bytes, s.threads, s.processes, s.read_bytes,
             s.write_bytes, s.uss_bytes, s.pss_bytes, s.mem_used_bytes, s.mem_available_bytes,
             json.dumps(s.cpu_percent) if s.cpu_percent is not None else None,
-            json.dumps([g.to_dict() for g in s.gpus]) if s.gpus else None)
+            json.dumps([g.to_dict() for g in s.gpus]) if s.gpus else None, s.runnable)
 
 
 def _sample(row: tuple) -> Sample:

@@ -50,8 +50,13 @@ class FakeSystem:
     def cpu_busy_total(self):
         return self.per_cpu.pop(0) if self.per_cpu else None
 
+    running: int | None = None
+
     def memory(self):
         return self.mem
+
+    def runnable(self):
+        return self.running
 
 
 class NVMLError(Exception):

@@ -68,3 +68,42 @@ def test_diagnose_orders_by_severity_and_reads_the_run():
                     data={"step_seconds": [0.1] * 10, "get_next_seconds": [0.01] * 10})]
     findings = diagnose(record, events, [fit(cores=0.5, wall=20.0)], summarise(record, []))
     assert [f.id for f in findings] == ["eager_execution", "input_bound"]
+
+
+def test_cpu_oversubscribed_from_runnable_threads():
+    from tensorgauge.analyse.diagnose import cpu_oversubscribed
+    from tensorgauge.model import Sample
+
+    def samples(runnable):
+        return [Sample(t=6.0 + i, cpu_seconds=0, cores_busy=2, rss_bytes=1, threads=40, processes=1,
+                       runnable=r) for i, r in enumerate(runnable)]
+
+    finding = cpu_oversubscribed(samples([9, 10, 10, None, 11]), fit(), cpus=2.0, threads_peak=40)
+    assert finding.severity == "high" and finding.evidence["runnable_threads_median"] == 10
+    assert cpu_oversubscribed(samples([7, 7, 8]), fit(), cpus=2.0, threads_peak=9).severity == "moderate"
+    assert cpu_oversubscribed(samples([4, 5, 5]), fit(), cpus=2.0, threads_peak=9) is None
+    assert cpu_oversubscribed(samples([10, 10]), fit(), cpus=2.0, threads_peak=9) is None  # too few samples
+    outside = [Sample(t=100.0 + i, cpu_seconds=0, cores_busy=2, rss_bytes=1, threads=1, processes=1, runnable=20)
+               for i in range(5)]
+    assert cpu_oversubscribed(outside, fit(), cpus=2.0, threads_peak=1) is None  # not during fit
+
+
+def test_oversubscribed_job_for_real(store_path):
+    """Eight busy processes on the machine's CPUs, sampled by the real monitor."""
+    import os
+    import sys
+
+    from tensorgauge.cli import main
+    from tensorgauge.report import RunReport
+    from tensorgauge.store import Store
+
+    cpus = os.cpu_count() or 1
+    code = ("import multiprocessing as mp, time\n"
+            "def spin():\n    t = time.time()\n    while time.time() - t < 4: pass\n"
+            f"ps = [mp.Process(target=spin) for _ in range({5 * cpus})]\n"
+            "[p.start() for p in ps]; [p.join() for p in ps]\n")
+    assert main(["run", "-q", "--", sys.executable, "-c", code]) == 0
+    report = RunReport.load(Store.open(store_path), "last")
+    found = {f.id: f for f in report.findings}
+    assert "cpu_oversubscribed" in found
+    assert found["cpu_oversubscribed"].evidence["runnable_per_cpu"] >= 3.0

@@ -90,3 +90,26 @@ def test_damaged_record_is_a_store_error(tmp_path):
     store.conn.execute("INSERT INTO runs VALUES ('x', '2026', '{not json')")
     with pytest.raises(StoreError, match="damaged run record"):
         store.runs()
+
+
+def test_a_version_1_store_is_migrated_and_keeps_its_runs(tmp_path):
+    path = tmp_path / "runs.db"
+    conn = sqlite3.connect(path)
+    conn.executescript("""
+        CREATE TABLE runs (run_id TEXT PRIMARY KEY, started_at TEXT NOT NULL, record TEXT NOT NULL);
+        CREATE TABLE samples (run_id TEXT NOT NULL, t REAL NOT NULL, cpu_seconds REAL NOT NULL, cores_busy REAL,
+            rss_bytes INTEGER NOT NULL, threads INTEGER, processes INTEGER, read_bytes INTEGER, write_bytes INTEGER,
+            uss_bytes INTEGER, pss_bytes INTEGER, mem_used_bytes INTEGER, mem_available_bytes INTEGER,
+            cpu_percent TEXT, gpus TEXT);
+        CREATE TABLE events (run_id TEXT NOT NULL, t REAL NOT NULL, pid INTEGER, kind TEXT NOT NULL, data TEXT);
+        INSERT INTO runs VALUES ('old', '2026', '{"run_id": "old", "command": ["x"], "started_at": "2026"}');
+        INSERT INTO samples (run_id, t, cpu_seconds, rss_bytes) VALUES ('old', 0.1, 0.05, 123);
+        PRAGMA user_version = 1;""")
+    conn.close()
+    store = Store.open(path)
+    assert store.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    (sample,) = store.samples("old")
+    assert sample.rss_bytes == 123 and sample.runnable is None
+    store.add("old", [Sample(t=0.2, cpu_seconds=0.1, cores_busy=None, rss_bytes=1, threads=1, processes=1,
+                             runnable=3)], [])
+    assert store.samples("old")[-1].runnable == 3

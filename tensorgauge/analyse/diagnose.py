@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 
-from tensorgauge.model import Event, Finding, Phase, RunRecord, Summary
+from tensorgauge.model import Event, Finding, Phase, RunRecord, Sample, Summary
 
 INPUT_HIGH, INPUT_MODERATE = 0.20, 0.05
 SATURATED = 0.85  # cores busy / cores allowed at which more parallelism cannot help
@@ -19,6 +19,7 @@ IDLE = 0.5  # cores busy / cores allowed under which cores count as idle
 RETRACES_MODERATE, RETRACES_HIGH = 5, 20
 SMALL_STEP_SECONDS, SMALL_BATCH = 0.003, 64
 STARTUP_SHARE, STARTUP_MIN_SECONDS = 0.5, 3.0
+OVERSUBSCRIBED_MODERATE, OVERSUBSCRIBED_HIGH = 3.0, 5.0  # runnable threads per CPU ("far more")
 
 PERFORMANCE_IDS = ("input_bound", "eager_execution", "retracing", "thread_limited", "cpu_oversubscribed",
                    "cores_idle", "small_batch", "startup_dominated")
@@ -50,12 +51,16 @@ def input_bound(probe: dict | None, fit: Phase | None, allowed: float,
     if share < INPUT_MODERATE:
         return None
     measured = (compute_probe or {}).get("step_seconds")
-    compute = statistics.median(measured) if measured else step - wait
+    functions = probe.get("function_seconds") or []
+    # Keras' Python loop around the train function is part of every step, input or not.
+    loop = max(0.0, step - statistics.median(functions)) if functions else 0.0
+    compute = statistics.median(measured) + loop if measured else step - wait
     busy = fit.cores_busy_mean if fit else 0.0
     saturated = busy >= SATURATED * allowed
     evidence = {"input_share": round(share, 3), "input_wait_seconds_per_step": round(wait, 6),
                 "step_seconds": round(step, 6), "compute_only_step_seconds": round(compute, 6),
                 "compute_in_job_seconds": round(step - wait, 6), "compute_probe_steps": len(measured or []),
+                "keras_loop_seconds_per_step": round(loop, 6),
                 "cores_busy_mean": round(busy, 2), "cores_allowed": allowed,
                 "window_steps": len(probe["step_seconds"])}
     if saturated:
@@ -125,6 +130,28 @@ def thread_limited(config: dict | None, job: dict, fit: Phase | None, allowed: f
         expected_gain=f"up to {allowed / limit:.1f}x for compute-bound steps")
 
 
+def cpu_oversubscribed(samples: list[Sample], fit: Phase | None, cpus: float, threads_peak: int) -> Finding | None:
+    """The machine's runnable threads (sampled once a second) against its CPUs, during fit or the run."""
+    inside = [s for s in samples if fit is None or fit.start <= s.t <= fit.end]
+    counts = [s.runnable for s in inside if s.runnable is not None]
+    if len(counts) < 3 or cpus <= 0:
+        return None
+    runnable = statistics.median(counts)
+    per_cpu = runnable / cpus
+    if per_cpu < OVERSUBSCRIBED_MODERATE:
+        return None
+    return Finding(
+        id="cpu_oversubscribed", severity="high" if per_cpu >= OVERSUBSCRIBED_HIGH else "moderate",
+        title=f"{runnable:g} threads compete for {cpus:g} CPUs ({per_cpu:.1f} per CPU)"
+              + (" during training" if fit else ""),
+        evidence={"runnable_threads_median": runnable, "cpus": cpus, "runnable_per_cpu": round(per_cpu, 2),
+                  "job_threads_peak": threads_peak, "samples": len(counts)},
+        fix="Give each thread a core: size TensorFlow's pools (TF_NUM_INTRAOP_THREADS = cores, "
+            "TF_NUM_INTEROP_THREADS = 2), set OMP_NUM_THREADS=1 when numpy work runs inside tf.data, and do not "
+            "run several jobs on the same CPUs (give each its own with taskset or tensorgauge run --max-cpus).",
+        expected_gain="less time lost to context switches and to threads preempted inside synchronised ops")
+
+
 def small_batch(config: dict | None, fit: Phase | None) -> Finding | None:
     if fit is None or not fit.step_seconds_p50 or fit.step_seconds_p50 >= SMALL_STEP_SECONDS:
         return None
@@ -171,7 +198,8 @@ def cores_idle(fit: Phase | None, allowed: float, explained: bool) -> Finding | 
         expected_gain=None)
 
 
-def diagnose(record: RunRecord, events: list[Event], phases: list[Phase], summary: Summary) -> list[Finding]:
+def diagnose(record: RunRecord, events: list[Event], phases: list[Phase], summary: Summary,
+             samples: list[Sample] = ()) -> list[Finding]:
     """Performance findings, most severe first."""
     fit = _main_fit(phases)
     allowed = float((record.env.get("host") or {}).get("cores_allowed") or 1)
@@ -184,6 +212,8 @@ def diagnose(record: RunRecord, events: list[Event], phases: list[Phase], summar
         eager_execution(config, fit),
         retracing(events),
         thread_limited(config, job, fit, allowed),
+        cpu_oversubscribed(list(samples), fit, float((record.env.get("host") or {}).get("cores_logical") or allowed),
+                           summary.threads_peak),
         small_batch(config, fit),
     ) if f is not None]
     idle = cores_idle(fit, allowed, explained=bool(findings))

@@ -95,9 +95,11 @@ def stop_training(model, callbacks, keras_callbacks, epoch: int) -> None:
 def exit_if_stopped() -> None:
     """After ``fit`` returns: leave the job with the budget's exit code."""
     if state.stopping:
-        print(f"tensorgauge: training stopped to stay inside the memory budget; run the same "
-              f"command again to resume from the checkpoint", file=sys.stderr)
-        raise SystemExit(BUDGET_EXIT_CODE)
+        print("tensorgauge: training stopped to stay inside the memory budget; run the same "
+              "command again to resume from the checkpoint", file=sys.stderr)
+        from tensorgauge.hook import exit_job
+
+        exit_job(BUDGET_EXIT_CODE)
 
 
 def apply_gpu_memory_limit(tf) -> None:
@@ -141,7 +143,7 @@ def patch_datasets(dataset_class) -> None:
             return dataset
 
         from_tensor_slices.__tensorgauge_wrapped__ = function
-        setattr(dataset_class, "from_tensor_slices", staticmethod(from_tensor_slices))
+        dataset_class.from_tensor_slices = staticmethod(from_tensor_slices)
 
     shuffle = dataset_class.__dict__.get("shuffle")
     if shuffle is not None and not getattr(shuffle, "__tensorgauge_wrapped__", None):
@@ -155,4 +157,4 @@ def patch_datasets(dataset_class) -> None:
             return shuffle(self, buffer_size, *args, **kwargs)
 
         shuffle_wrapper.__tensorgauge_wrapped__ = shuffle
-        setattr(dataset_class, "shuffle", shuffle_wrapper)
+        dataset_class.shuffle = shuffle_wrapper

@@ -91,7 +91,7 @@ def patch_tracing() -> None:
     module._create_concrete_function = traced
 
 
-PROBE_STEPS = 12
+PROBE_STEPS = 32
 
 
 def _batch_like(x, y, batch_size: int | None):
@@ -122,6 +122,7 @@ def compute_probe(model, fit_input) -> None:
     try:
         import tensorflow as tf
 
+        began = time.monotonic()
         x, y, batch_size = fit_input
         variables = {id(v): v for v in [*model.variables, *getattr(model.optimizer, "variables", []),
                                         *getattr(model, "metrics_variables", [])]}.values()
@@ -137,7 +138,7 @@ def compute_probe(model, fit_input) -> None:
         finally:
             for variable, value in saved:
                 variable.assign(value)
-        channel().emit("compute_probe", step_seconds=times[2:])
+        channel().emit("compute_probe", step_seconds=times[2:], total_seconds=time.monotonic() - began)
     except Exception as exc:
         channel().emit("compute_probe", error=f"{type(exc).__name__}: {exc}")
 
@@ -150,6 +151,7 @@ class ProfilerWindow:
     def __init__(self):
         self.active = False
         self.probed = False
+        self.start_seconds = 0.0
         self.logdir: str | None = None
         self.step_starts: list[float] = []
         self.seen = 0
@@ -170,8 +172,10 @@ class ProfilerWindow:
         try:
             import tensorflow as tf
 
+            began = time.monotonic()
             self.logdir = tempfile.mkdtemp(prefix="tensorgauge-profile-")
             tf.profiler.experimental.start(self.logdir)
+            self.start_seconds = time.monotonic() - began
             self.active = True
         except Exception as exc:
             ProfilerWindow.done = True
@@ -186,29 +190,36 @@ class ProfilerWindow:
         try:
             import tensorflow as tf
 
+            began = time.monotonic()
             tf.profiler.experimental.stop()
             steps = [b - a for a, b in zip(self.step_starts, self.step_starts[1:])]
-            waits = self._get_next_seconds(self.step_starts[0], len(steps))
-            channel().emit("input_probe", step_seconds=steps, get_next_seconds=waits)
+            waits, functions = self._trace_seconds(len(steps))
+            channel().emit("input_probe", step_seconds=steps, get_next_seconds=waits, function_seconds=functions,
+                           start_seconds=self.start_seconds, stop_seconds=time.monotonic() - began)
         except Exception as exc:
             channel().emit("input_probe", error=f"{type(exc).__name__}: {exc}")
         finally:
             shutil.rmtree(self.logdir, ignore_errors=True)
 
-    def _get_next_seconds(self, first_start: float, steps: int) -> list[float]:
-        """IteratorGetNext durations in the window, in order (one per step)."""
+    def _trace_seconds(self, steps: int) -> tuple[list[float], list[float]]:
+        """Per step, in order: IteratorGetNext's duration, and the train function's
+        (Keras names it ``*_on_iterator``; the rest of a step is Keras' Python loop)."""
         from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
         paths = glob.glob(os.path.join(self.logdir, "**", "*.xplane.pb"), recursive=True)
         space = xplane_pb2.XSpace()
         with open(paths[0], "rb") as f:
             space.ParseFromString(f.read())
-        found: list[tuple[int, float]] = []
+        waits: list[tuple[int, float]] = []
+        functions: list[tuple[int, float]] = []
         for plane in space.planes:
             names = {key: meta.name for key, meta in plane.event_metadata.items()}
             for line in plane.lines:
                 for event in line.events:
-                    if names.get(event.metadata_id) == _GET_NEXT:
-                        found.append((line.timestamp_ns * 1000 + event.offset_ps, event.duration_ps / 1e12))
-        found.sort()
-        return [seconds for _, seconds in found[:steps]]
+                    name = names.get(event.metadata_id, "")
+                    at = (line.timestamp_ns * 1000 + event.offset_ps, event.duration_ps / 1e12)
+                    if name == _GET_NEXT:
+                        waits.append(at)
+                    elif line.name == "python" and name.endswith("_on_iterator"):
+                        functions.append(at)
+        return [s for _, s in sorted(waits)[:steps]], [s for _, s in sorted(functions)[:steps]]

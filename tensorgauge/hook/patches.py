@@ -15,7 +15,7 @@ import functools
 import os
 import sys
 
-from tensorgauge.hook import budget, diagnose
+from tensorgauge.hook import budget, diagnose, fixes
 from tensorgauge.hook.agent import agent
 
 _MARK = "__tensorgauge_wrapped__"
@@ -76,6 +76,7 @@ def make_callback_class(base):
             self._epoch = 0
             self._window = diagnose.ProfilerWindow() if diagnose.enabled() and fit_input is not None else None
             self._fit_input = fit_input  # (x, y, batch_size) for the compute-only probe
+            self._try_window = fixes.window() if fit_input is not None else None
 
         def _begin(self, key, name, kind, auto=True):
             self._phases[key] = agent().begin(name, kind, auto=auto)
@@ -119,6 +120,8 @@ def make_callback_class(base):
             agent().step_begin()
             if self._window is not None:
                 self._window.on_step_begin()
+            if self._try_window is not None:
+                self._try_window.on_step_begin(self.model)
             if self._watch_budget and budget.stop_requested():
                 budget.stop_training(self.model, self._budget_callbacks, _keras_callbacks, self._epoch)
 
@@ -160,10 +163,13 @@ def _with_callback(fn, kind: str, callback_class, keras_callbacks):
                 kwargs["callbacks"] = callbacks
         label = "validation" if kind == "evaluate" and agent().inside("fit") else kind
         if kind == "fit":
+            fixes.apply_fit(self, args, kwargs)
             diagnose.send_fit_config(self, args, kwargs)
         result = phase_wrapper(fn, kind, label)(self, *args, **kwargs)
         if kind == "fit":
             budget.exit_if_stopped()
+            if fixes.window() is not None:
+                fixes.window().exit_if_finished()
         return result
 
     setattr(wrapper, _MARK, fn)
@@ -259,6 +265,7 @@ def on_imported(name: str, module) -> None:
     if name == "tensorflow":
         patch_tensorflow()
         diagnose.patch_tracing()
+        fixes.apply_tensorflow(module)
         budget.apply_gpu_memory_limit(module)
         import threading
 

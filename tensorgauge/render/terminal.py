@@ -140,3 +140,26 @@ def render_run(console: Console, report: RunReport) -> None:
     cores_allowed = (r.env.get("host") or {}).get("cores_allowed")
     for line in account(report.phases, s, wall, cores_allowed, report.events):
         console.print(f"• {escape(line)}")
+
+
+def render_trials(console: Console, trials) -> None:
+    """The --try-fixes table: each fix's median step and speedup over the job as it is."""
+    table = Table(box=None, header_style="bold", title="Fixes, each timed on a window of the first fit",
+                  title_justify="left", title_style="bold")
+    for column in ("fix", "what", "step (median)", "speedup", "run"):
+        table.add_column(column, justify="right" if column in ("step (median)", "speedup") else "left")
+    best = max((t for t in trials[1:] if t.speedup), key=lambda t: t.speedup, default=None)
+    for trial in trials:
+        speedup = f"{trial.speedup:.2f}x" if trial.speedup else "-"
+        if trial is best and trial.speedup > 1.05:
+            speedup = f"[green]{speedup}[/green]"
+        table.add_row(trial.fixes, escape(trial.what), format_seconds(trial.step_seconds_median), speedup,
+                      trial.run_id)
+    console.print(table)
+    if len(trials) == 1:
+        console.print("No fix applies without code edits: fit does not get a tf.data.Dataset, runs compiled, "
+                      "and TensorFlow may use every CPU allowed.")
+    elif best is not None and best.speedup > 1.05:
+        console.print(f"Best: {best.fixes}, {best.speedup:.2f}x faster steps ({best.what}).")
+    else:
+        console.print("None of the fixes made steps faster by more than 5%.")

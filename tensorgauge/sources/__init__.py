@@ -52,6 +52,9 @@ class System(Protocol):
     def memory(self) -> MemoryReading | None:
         """Memory of the whole machine."""
 
+    def runnable(self) -> int | None:
+        """Threads running or ready to run on the whole machine."""
+
 
 class Gpus(Protocol):
     def read(self) -> list[GpuReading]:

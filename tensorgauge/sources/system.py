@@ -43,3 +43,11 @@ class PsutilSystem:
             return None
         return MemoryReading(used_bytes=vm.total - vm.available, available_bytes=vm.available,
                              total_bytes=vm.total)
+
+    def runnable(self, path: str = "/proc/loadavg") -> int | None:
+        """The kernel's count of runnable threads (4th field of /proc/loadavg: R/total)."""
+        try:
+            with open(path) as f:
+                return int(f.read().split()[3].split("/")[0])
+        except (OSError, ValueError, IndexError):
+            return None

@@ -1,0 +1,110 @@
+"""Fixes applied without code edits, and the short window they are timed over.
+
+Used by ``tensorgauge run --try-fixes``: the job runs once per fix, with
+``$TENSORGAUGE_FIX`` naming the fixes to apply and ``$TENSORGAUGE_WINDOW_STEPS``
+set; the first ``fit`` then stops after :data:`WARMUP_STEPS` + that many steps,
+sends the timed steps as a ``try_window`` event, and the job exits (code 0).
+
+Fixes:
+- ``parallel_map``: ``Dataset.map`` without ``num_parallel_calls`` gets
+  ``tf.data.AUTOTUNE`` (order kept: ``deterministic`` stays as it was).
+- ``prefetch``: a ``tf.data.Dataset`` given to ``fit`` gets ``.prefetch(AUTOTUNE)``.
+- ``no_eager``: ``run_eagerly`` off and ``tf.config.run_functions_eagerly(False)``.
+- ``threads``: TensorFlow's thread pools sized to the CPUs allowed (the
+  runner sets the environment; in-code ``set_*_parallelism_threads`` calls are ignored).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import time
+
+from tensorgauge.hook.channel import channel
+
+FIX_ENV = "TENSORGAUGE_FIX"
+WINDOW_ENV = "TENSORGAUGE_WINDOW_STEPS"
+WARMUP_STEPS = 3
+FIXES = ("parallel_map", "prefetch", "no_eager", "threads")
+
+
+def active() -> set[str]:
+    return {f for f in os.environ.get(FIX_ENV, "").split(",") if f in FIXES}
+
+
+def window_steps() -> int:
+    try:
+        return int(os.environ.get(WINDOW_ENV, "0"))
+    except ValueError:
+        return 0
+
+
+def apply_tensorflow(tf) -> None:
+    """Fixes that patch TensorFlow right after it is imported."""
+    fixes = active()
+    if "parallel_map" in fixes:
+        dataset_class = tf.data.Dataset
+        original = dataset_class.map
+
+        @functools.wraps(original)
+        def map_parallel(self, map_func, num_parallel_calls=None, *args, **kwargs):
+            return original(self, map_func, num_parallel_calls or tf.data.AUTOTUNE, *args, **kwargs)
+
+        dataset_class.map = map_parallel
+    if "threads" in fixes:
+        threading = tf.config.threading
+        threading.set_intra_op_parallelism_threads = lambda n: None
+        threading.set_inter_op_parallelism_threads = lambda n: None
+
+
+def apply_fit(model, args: list, kwargs: dict) -> None:
+    """Fixes applied to one ``fit`` call (in place on its arguments)."""
+    fixes = active()
+    tf = sys.modules.get("tensorflow")
+    if "no_eager" in fixes:
+        model.run_eagerly = False
+        if tf is not None:
+            tf.config.run_functions_eagerly(False)
+    if "prefetch" in fixes and tf is not None:
+        if args and isinstance(args[0], tf.data.Dataset):
+            args[0] = args[0].prefetch(tf.data.AUTOTUNE)
+        elif isinstance(kwargs.get("x"), tf.data.Dataset):
+            kwargs["x"] = kwargs["x"].prefetch(tf.data.AUTOTUNE)
+
+
+_window: Window | None = None
+
+
+def window() -> Window | None:
+    """The process's timing window (over its first fits), when one was asked for."""
+    global _window
+    if _window is None and window_steps() > 0:
+        _window = Window(window_steps())
+    return _window
+
+
+class Window:
+    """Times WINDOW_STEPS training steps after a warm-up, then stops training."""
+
+    def __init__(self, steps: int):
+        self.steps = steps
+        self.marks: list[float] = []
+        self.finished = False
+
+    def on_step_begin(self, model) -> None:
+        if self.finished:
+            return
+        self.marks.append(time.monotonic())
+        if len(self.marks) > WARMUP_STEPS + self.steps:
+            timed = self.marks[WARMUP_STEPS:]
+            channel().emit("try_window", fixes=sorted(active()),
+                           step_seconds=[b - a for a, b in zip(timed, timed[1:])])
+            self.finished = True
+            model.stop_training = True
+
+    def exit_if_finished(self) -> None:
+        if self.finished:
+            from tensorgauge.hook import exit_job
+
+            exit_job(0)
