@@ -27,3 +27,14 @@ def have_tensorflow() -> bool:
 
 
 needs_tf = pytest.mark.skipif(not have_tensorflow(), reason="TensorFlow is not installed (extra [tensorflow])")
+
+
+@pytest.fixture
+def events(tmp_path):
+    """The hook's channel pointed at a file; returns a function that reads the new events."""
+    from tensorgauge.hook.channel import Channel, EventReader, set_channel
+
+    path = str(tmp_path / "events.jsonl")
+    old = set_channel(Channel(path))
+    yield EventReader(path).read_new
+    set_channel(old)

@@ -1,16 +1,6 @@
 import pytest
 
 from tensorgauge.hook.agent import Agent
-from tensorgauge.hook.channel import Channel, EventReader, set_channel
-
-
-@pytest.fixture
-def events(tmp_path):
-    path = str(tmp_path / "events.jsonl")
-    old = set_channel(Channel(path))
-    reader = EventReader(path)
-    yield lambda: reader.read_new()
-    set_channel(old)
 
 
 def test_nesting_parents_and_closing_inner_phases(events):

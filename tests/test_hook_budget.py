@@ -2,19 +2,8 @@
 
 from types import SimpleNamespace
 
-import pytest
 
 from tensorgauge.hook import budget
-from tensorgauge.hook.channel import Channel, EventReader, set_channel
-
-
-@pytest.fixture
-def events(tmp_path):
-    path = str(tmp_path / "events.jsonl")
-    old = set_channel(Channel(path))
-    reader = EventReader(path)
-    yield lambda: reader.read_new()
-    set_channel(old)
 
 
 class FakeConfig:
