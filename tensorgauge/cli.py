@@ -59,8 +59,8 @@ def _write_json(report, destination: str) -> None:
         raise TensorgaugeError(f"cannot write {destination}: {exc.strerror}") from None
 
 
-def _record(args, command: list[str], name: str | None) -> int:
-    """Run ``command`` under the monitor; print where it went; return the job's exit code."""
+def _record(args, command: list[str], name: str | None) -> tuple[int, str]:
+    """Run ``command`` under the monitor; print where it went; return (the job's exit code, run id)."""
     from tensorgauge.report import RunReport
     from tensorgauge.runner import resolve_command, run
 
@@ -83,7 +83,7 @@ def _record(args, command: list[str], name: str | None) -> int:
                  checkpoint_dir=checkpoint_dir, diagnose=getattr(args, "diagnose", False))
     if result.warning:
         err.print(f"tensorgauge: warning: {result.warning}")
-        return result.exit_code
+        return result.exit_code, result.record.run_id
     report = RunReport.load(store, result.record.run_id)
     if getattr(args, "json", None):
         _write_json(report, args.json)
@@ -97,7 +97,7 @@ def _record(args, command: list[str], name: str | None) -> int:
                   f"{s.cores_busy_mean:.2f} cores mean, RSS peak {format_bytes(s.rss_peak_bytes)}, "
                   f"{len(report.phases)} phases — tensorgauge show {result.record.run_id}[/dim]")
     store.close()
-    return result.exit_code
+    return result.exit_code, result.record.run_id
 
 
 def default_checkpoint_dir(store_path: Path, command: list[str]) -> Path:
@@ -128,7 +128,7 @@ def cmd_run(args) -> int:
         command = command[1:]
     if args.try_fixes:
         return _try_fixes(args, command)
-    return _record(args, command, args.name)
+    return _record(args, command, args.name)[0]
 
 
 def _try_fixes(args, command: list[str]) -> int:
@@ -155,7 +155,6 @@ def _try_fixes(args, command: list[str]) -> int:
 
 def cmd_runs(args) -> int:
     from tensorgauge.render.terminal import render_runs
-
     from tensorgauge.store import default_store_path
 
     if not (Path(args.store) if args.store else default_store_path()).exists():
@@ -192,7 +191,6 @@ def cmd_rm(args) -> int:
 def cmd_demo(args) -> int:
     from tensorgauge.render.terminal import render_run
     from tensorgauge.report import RunReport
-
     from tensorgauge.scenarios import SCENARIOS
 
     if args.scenario not in SCENARIOS:
@@ -203,10 +201,10 @@ def cmd_demo(args) -> int:
     module, _ = SCENARIOS[args.scenario]
     args.interval, args.quiet, args.diagnose = 0.1, False, args.scenario != "default"
     name = "demo" if args.scenario == "default" else f"scenario {args.scenario}"
-    exit_code = _record(args, [sys.executable, "-m", module], name=name)
+    exit_code, run_id = _record(args, [sys.executable, "-m", module], name=name)
     store = _open_store(args, create=False)
     _console().print()
-    render_run(_console(), RunReport.load(store, "last"))
+    render_run(_console(), RunReport.load(store, run_id))
     return exit_code
 
 

@@ -1,9 +1,6 @@
 import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture

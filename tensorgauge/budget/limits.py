@@ -12,7 +12,6 @@ from tensorgauge.errors import TensorgaugeError
 # TensorFlow imported ~500 MiB).
 INTERPRETER_FLOOR_BYTES = 64 << 20
 SOFT_LINE = 0.9  # at this share of the memory budget the job is asked to stop
-BUDGET_EXIT_CODE = 75  # EX_TEMPFAIL: stopped by the budget, resumable
 
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
           "g": 1000**3, "gb": 1000**3, "gib": 1024**3, "t": 1000**4, "tb": 1000**4, "tib": 1024**4}
