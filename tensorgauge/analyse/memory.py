@@ -3,6 +3,8 @@ memory that keeps growing, and a budget stop (pure: from a recorded run)."""
 
 from __future__ import annotations
 
+import statistics
+
 from tensorgauge.model import Event, Finding, Phase, RunRecord, Sample
 from tensorgauge.units import format_bytes
 
@@ -10,6 +12,7 @@ DATASET_IN_MEMORY_BYTES = 100 << 20  # from_tensor_slices inputs worth reporting
 # Growth after the first epoch (the allocator warms up during it) worth reporting:
 GROWTH_SHARE_PER_EPOCH = 0.05  # of the RSS at the end of the first epoch
 GROWTH_MIN_BYTES_PER_EPOCH = 32 << 20
+GROWTH_MIN_CORRELATION = 0.9  # of RSS with time: a steady rise, not one jump
 
 
 def peak_phase(phases: list[Phase], t: float | None) -> Phase | None:
@@ -29,17 +32,32 @@ def _datasets(events: list[Event]) -> tuple[int, list[dict]]:
     return sliced, whole
 
 
-def _growth(phases: list[Phase]) -> tuple[int, int] | None:
-    """(RSS after the first epoch, growth per later epoch) when every later epoch ends higher.
+def _growth(phases: list[Phase], samples: list[Sample]) -> tuple[int, int] | None:
+    """(RSS after the first epoch, growth per epoch) of the first fit whose RSS rises
+    steadily through its later epochs.
 
-    The first epoch is left out: allocators and caches warm up in it."""
-    ends = [p.rss_end_bytes for p in phases if p.kind == "epoch" and p.rss_end_bytes]
-    if len(ends) < 3:
-        return None
-    rising = all(b > a for a, b in zip(ends, ends[1:]))
-    per_epoch = (ends[-1] - ends[0]) // (len(ends) - 1)
-    if rising and per_epoch >= max(GROWTH_MIN_BYTES_PER_EPOCH, GROWTH_SHARE_PER_EPOCH * ends[0]):
-        return ends[0], per_epoch
+    The first epoch is left out: allocators and caches warm up in it. The rise is the
+    least-squares slope of the RSS samples from the end of the first epoch to the end of
+    the last, so a run stopped at an epoch boundary (a budget stop) still counts; it needs
+    one whole later epoch and a steady rise (correlation >= GROWTH_MIN_CORRELATION)."""
+    fits: dict[int | None, list[Phase]] = {}
+    for p in sorted(phases, key=lambda p: p.start):
+        if p.kind == "epoch":
+            fits.setdefault(p.parent, []).append(p)
+    for epochs in fits.values():
+        if len(epochs) < 2:
+            continue
+        t0, t1 = epochs[0].end, epochs[-1].end
+        points = [(s.t, s.rss_bytes) for s in samples if t0 <= s.t <= t1]
+        if len(points) < 3 or len({t for t, _ in points}) < 2 or len({b for _, b in points}) < 2:
+            continue
+        ts, rss = zip(*points)
+        slope, _ = statistics.linear_regression(ts, rss)
+        per_epoch = int(slope * statistics.median(p.end - p.start for p in epochs[1:]))
+        start = epochs[0].rss_end_bytes or rss[0]
+        if (statistics.correlation(ts, rss) >= GROWTH_MIN_CORRELATION
+                and per_epoch >= max(GROWTH_MIN_BYTES_PER_EPOCH, GROWTH_SHARE_PER_EPOCH * start)):
+            return start, per_epoch
     return None
 
 
@@ -57,7 +75,7 @@ def memory_findings(record: RunRecord, samples: list[Sample], events: list[Event
     peak = max(samples, key=lambda s: s.rss_bytes) if samples else None
     at_peak = peak_phase(phases, peak.t if peak else None)
     sliced, whole_shuffles = _datasets(events)
-    growth = _growth(phases)
+    growth = _growth(phases, samples)
 
     if sliced >= DATASET_IN_MEMORY_BYTES:
         extra = sum(int(d["buffer_size"] / d["elements"] * sliced) for d in whole_shuffles)
