@@ -142,7 +142,7 @@ def _try_fixes(args, command: list[str]) -> int:
     trials = try_fixes(command, store, progress=lambda line: err.print(f"[dim]tensorgauge: {line}[/dim]"))
     render_trials(_console(), trials)
     if args.json:
-        text = json.dumps({"schema": "tensorgauge.try_fixes/1", "trials": [t.to_dict() for t in trials]}, indent=2)
+        text = json.dumps(trials.to_dict(), indent=2)
         if args.json == "-":
             sys.stdout.write(text + "\n")
         else:

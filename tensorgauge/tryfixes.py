@@ -29,6 +29,9 @@ CANDIDATES = {
 }
 
 
+LIMIT_REACHED = 1.15  # a step this close to the compute-only step (ratio) has reached it
+
+
 @dataclass
 class Trial:
     fixes: str  # "baseline" or the fixes, comma-separated
@@ -36,17 +39,31 @@ class Trial:
     run_id: str
     step_seconds_median: float | None
     speedup: float | None = None  # baseline step / this step
+    reaches_limit: bool | None = None  # step within LIMIT_REACHED of the compute-only limit
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def _window(store: Store, run_id: str) -> tuple[float | None, dict]:
+@dataclass
+class Trials:
+    trials: list[Trial]  # the baseline first
+    compute_only_step_seconds: float | None  # the limit: the train step on one cached batch
+
+    def to_dict(self) -> dict:
+        return {"schema": "tensorgauge.try_fixes/1", "compute_only_step_seconds": self.compute_only_step_seconds,
+                "trials": [t.to_dict() for t in self.trials]}
+
+
+def _window(store: Store, run_id: str) -> tuple[float | None, dict, float | None]:
+    """(median window step, fit's config, median compute-only step) of one window run."""
     events = store.events(run_id)
     windows = [e.data for e in events if e.kind == "try_window" and e.data.get("step_seconds")]
     config = next((e.data for e in events if e.kind == "fit_config"), {})
+    probe = next((e.data["step_seconds"] for e in events if e.kind == "compute_probe" and e.data.get("step_seconds")),
+                 None)
     median = statistics.median(windows[0]["step_seconds"]) if windows else None
-    return median, config
+    return median, config, statistics.median(probe) if probe else None
 
 
 def applicable(config: dict, job: dict, cores_allowed: float) -> list[str]:
@@ -63,11 +80,11 @@ def applicable(config: dict, job: dict, cores_allowed: float) -> list[str]:
 
 
 def try_fixes(command: list[str], store: Store, steps: int = 20,
-              progress: Callable[[str], None] = lambda line: None) -> list[Trial]:
+              progress: Callable[[str], None] = lambda line: None) -> Trials:
     window = {WINDOW_ENV: str(steps)}
     progress("timing the job as it is")
     base = run(command, store, name="try-fixes: baseline", extra_env=window)
-    base_step, config = _window(store, base.record.run_id)
+    base_step, config, limit = _window(store, base.record.run_id)
     if base_step is None:
         raise TensorgaugeError("--try-fixes times the job's first Keras fit, and this job ran none "
                                f"(or stopped before {steps + 3} steps); see 'tensorgauge show {base.record.run_id}'")
@@ -81,7 +98,8 @@ def try_fixes(command: list[str], store: Store, steps: int = 20,
             n = str(max(1, math.floor(cores)))
             env.update({"TF_NUM_INTRAOP_THREADS": n, "TF_NUM_INTEROP_THREADS": n})
         result = run(command, store, name=f"try-fixes: {fix}", extra_env=env)
-        step, _ = _window(store, result.record.run_id)
-        trials.append(Trial(fix, CANDIDATES[fix], result.record.run_id, step,
-                            base_step / step if step else None))
-    return trials
+        step, _, _ = _window(store, result.record.run_id)
+        trials.append(Trial(fix, CANDIDATES[fix], result.record.run_id, step, base_step / step if step else None,
+                            step <= LIMIT_REACHED * limit if step and limit else None))
+    trials[0].reaches_limit = base_step <= LIMIT_REACHED * limit if limit else None
+    return Trials(trials, limit)

@@ -26,9 +26,21 @@ def test_input_bound_severity_fix_and_saturation():
 
 
 def test_eager_and_retracing():
-    assert eager_execution({"run_eagerly": True}, fit()).severity == "high"
-    assert "run_functions_eagerly" in eager_execution({"functions_run_eagerly": True}, fit()).title
-    assert eager_execution({"run_eagerly": False, "functions_run_eagerly": False}, fit()) is None
+    assert eager_execution({"run_eagerly": True}, fit(), []).severity == "high"
+    assert "run_functions_eagerly" in eager_execution({"functions_run_eagerly": True}, fit(), []).title
+    assert eager_execution({"run_eagerly": False, "functions_run_eagerly": False}, fit(), []) is None
+
+
+def test_custom_loop_computing_gradients_eagerly():
+    def counts(*ns):
+        return [Event(t=1.0 + n / 100, pid=1, kind="eager_gradients", data={"count": n, "seconds": n / 100})
+                for n in ns]
+
+    loop = eager_execution(None, None, counts(8, 16, 32))
+    assert loop.severity == "high" and "@tf.function" in loop.fix
+    assert loop.evidence == {"eager_gradient_calls": 32, "seconds": 0.32, "steps_per_second": 100.0}
+    assert eager_execution(None, None, counts(8)) is None  # a few eager gradients: a test, not a loop
+    assert eager_execution({"run_eagerly": False}, fit(), counts(8, 16)) is None  # fit's own, not a custom loop
     traces = [Event(t=i, pid=1, kind="trace", data={"function": "step"}) for i in range(8)]
     traces += [Event(t=9, pid=1, kind="trace", data={"function": "train_function"})] * 2
     finding = retracing(traces)

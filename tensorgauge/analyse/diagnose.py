@@ -17,6 +17,7 @@ SATURATED = 0.85  # cores busy / cores allowed at which more parallelism cannot 
 THREAD_BOUND = 0.8  # cores busy / thread limit at which the limit is what binds
 IDLE = 0.5  # cores busy / cores allowed under which cores count as idle
 RETRACES_MODERATE, RETRACES_HIGH = 5, 20
+EAGER_GRADIENTS = 16  # eager GradientTape.gradient calls that make a custom loop eager
 SMALL_STEP_SECONDS, SMALL_BATCH = 0.003, 64
 STARTUP_SHARE, STARTUP_MIN_SECONDS = 0.5, 3.0
 OVERSUBSCRIBED_MODERATE, OVERSUBSCRIBED_HIGH = 3.0, 5.0  # runnable threads per CPU ("far more")
@@ -79,17 +80,36 @@ def input_bound(probe: dict | None, fit: Phase | None, allowed: float,
                    evidence=evidence, fix=fix, expected_gain=gain)
 
 
-def eager_execution(config: dict | None, fit: Phase | None) -> Finding | None:
-    if not config or not (config.get("run_eagerly") or config.get("functions_run_eagerly")):
+def eager_execution(config: dict | None, fit: Phase | None, events: list[Event]) -> Finding | None:
+    """fit told to run eagerly, or else a custom loop computing gradients outside any tf.function."""
+    if config and (config.get("run_eagerly") or config.get("functions_run_eagerly")):
+        switch = "model.run_eagerly" if config.get("run_eagerly") else "tf.config.run_functions_eagerly(True)"
+        return Finding(
+            id="eager_execution", severity="high",
+            title=f"fit runs eagerly ({switch}): every op is dispatched from Python, step by step",
+            evidence={"run_eagerly": config.get("run_eagerly"),
+                      "functions_run_eagerly": config.get("functions_run_eagerly"),
+                      "step_seconds_p50": fit.step_seconds_p50 if fit else None},
+            fix="Remove run_eagerly=True from compile() (or set model.run_eagerly = False) and call "
+                "tf.config.run_functions_eagerly(False): fit then runs a compiled graph. "
+                "Keep eager mode for debugging only.",
+            expected_gain="graph execution is usually several times faster on small and medium models")
+    eager = [e.data for e in events if e.kind == "eager_gradients"]
+    if fit is not None or not eager:
         return None
-    switch = "model.run_eagerly" if config.get("run_eagerly") else "tf.config.run_functions_eagerly(True)"
+    last = max(eager, key=lambda d: d.get("count", 0))
+    if last.get("count", 0) < EAGER_GRADIENTS:
+        return None
+    per_second = last["count"] / last["seconds"] if last.get("seconds") else None
     return Finding(
         id="eager_execution", severity="high",
-        title=f"fit runs eagerly ({switch}): every op is dispatched from Python, step by step",
-        evidence={"run_eagerly": config.get("run_eagerly"), "functions_run_eagerly": config.get("functions_run_eagerly"),
-                  "step_seconds_p50": fit.step_seconds_p50 if fit else None},
-        fix="Remove run_eagerly=True from compile() (or set model.run_eagerly = False) and call "
-            "tf.config.run_functions_eagerly(False): fit then runs a compiled graph. Keep eager mode for debugging only.",
+        title=f"A custom training loop runs eagerly: GradientTape.gradient ran {last['count']}+ times outside "
+              "tf.function",
+        evidence={"eager_gradient_calls": last["count"], "seconds": round(last.get("seconds") or 0.0, 3),
+                  "steps_per_second": round(per_second, 1) if per_second else None},
+        fix="Decorate the training step (the function that opens the GradientTape and applies the gradients) "
+            "with @tf.function, so each step runs as one compiled graph; keep batch shapes fixed "
+            "(drop_remainder=True) so it traces once.",
         expected_gain="graph execution is usually several times faster on small and medium models")
 
 
@@ -209,7 +229,7 @@ def diagnose(record: RunRecord, events: list[Event], phases: list[Phase], summar
     compute = next((e.data for e in events if e.kind == "compute_probe" and not e.data.get("error")), None)
     findings = [f for f in (
         input_bound(probe, fit, allowed, compute),
-        eager_execution(config, fit),
+        eager_execution(config, fit, events),
         retracing(events),
         thread_limited(config, job, fit, allowed),
         cpu_oversubscribed(list(samples), fit, float((record.env.get("host") or {}).get("cores_logical") or allowed),

@@ -7,6 +7,9 @@ Always on (each costs nothing per step):
   ``tf.data.Dataset``.
 - ``trace`` each time a ``tf.function`` is traced (a retrace is a trace of a
   function traced before).
+- ``eager_gradients`` when ``GradientTape.gradient`` has run eagerly (outside
+  any ``tf.function``: a custom training loop in eager mode) 8, 16, 32, ...
+  times; the count, and the seconds since the first such call.
 
 With ``$TENSORGAUGE_DIAGNOSE`` (``tensorgauge run --diagnose``): a profiler
 window over :data:`WINDOW_STEPS` training steps of the first ``fit``, after
@@ -89,6 +92,34 @@ def patch_tracing() -> None:
 
     traced.__tensorgauge_wrapped__ = original
     module._create_concrete_function = traced
+
+
+def patch_eager_gradients(tf) -> None:
+    """Count ``GradientTape.gradient`` calls made eagerly (a tf.function only calls it while tracing)."""
+    tape_class = tf.GradientTape
+    original = tape_class.gradient
+    if getattr(original, "__tensorgauge_wrapped__", None):
+        return
+    executing_eagerly = tf.executing_eagerly
+    state = {"count": 0, "first": 0.0, "next": 8}
+
+    @functools.wraps(original)
+    def gradient(self, *args, **kwargs):
+        if executing_eagerly():
+            state["count"] += 1
+            if state["count"] == 1:
+                state["first"] = time.monotonic()
+            elif state["count"] == state["next"]:
+                state["next"] *= 2
+                try:
+                    channel().emit("eager_gradients", count=state["count"],
+                                   seconds=time.monotonic() - state["first"])
+                except Exception:
+                    pass
+        return original(self, *args, **kwargs)
+
+    gradient.__tensorgauge_wrapped__ = original
+    tape_class.gradient = gradient
 
 
 PROBE_STEPS = 32

@@ -4,6 +4,8 @@ Used by ``tensorgauge run --try-fixes``: the job runs once per fix, with
 ``$TENSORGAUGE_FIX`` naming the fixes to apply and ``$TENSORGAUGE_WINDOW_STEPS``
 set; the first ``fit`` then stops after :data:`WARMUP_STEPS` + that many steps,
 sends the timed steps as a ``try_window`` event, and the job exits (code 0).
+The run without fixes also times the compute-only probe (see
+:func:`tensorgauge.hook.diagnose.compute_probe`): the limit a fix can reach.
 
 Fixes:
 - ``parallel_map``: ``Dataset.map`` without ``num_parallel_calls`` gets

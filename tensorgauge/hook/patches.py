@@ -95,6 +95,8 @@ def make_callback_class(base):
                 if probe:
                     self._window.probed = True
                     diagnose.compute_probe(self.model, self._fit_input)
+            elif self._try_window is not None and self._try_window.finished and not fixes.active():
+                diagnose.compute_probe(self.model, self._fit_input)  # the limit the fixes are measured against
             self._end("fit")
 
         def on_test_begin(self, logs=None):
@@ -265,6 +267,7 @@ def on_imported(name: str, module) -> None:
     if name == "tensorflow":
         patch_tensorflow()
         diagnose.patch_tracing()
+        diagnose.patch_eager_gradients(module)
         fixes.apply_tensorflow(module)
         budget.apply_gpu_memory_limit(module)
         import threading

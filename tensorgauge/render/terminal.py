@@ -142,24 +142,34 @@ def render_run(console: Console, report: RunReport) -> None:
         console.print(f"• {escape(line)}")
 
 
-def render_trials(console: Console, trials) -> None:
-    """The --try-fixes table: each fix's median step and speedup over the job as it is."""
+def render_trials(console: Console, result) -> None:
+    """The --try-fixes table: each fix's median step, speedup over the job as it is, and
+    whether it reaches the compute-only limit."""
+    trials, limit = result.trials, result.compute_only_step_seconds
     table = Table(box=None, header_style="bold", title="Fixes, each timed on a window of the first fit",
                   title_justify="left", title_style="bold")
-    for column in ("fix", "what", "step (median)", "speedup", "run"):
+    for column in ("fix", "what", "step (median)", "speedup", "at the limit", "run"):
         table.add_column(column, justify="right" if column in ("step (median)", "speedup") else "left")
     best = max((t for t in trials[1:] if t.speedup), key=lambda t: t.speedup, default=None)
     for trial in trials:
         speedup = f"{trial.speedup:.2f}x" if trial.speedup else "-"
         if trial is best and trial.speedup > 1.05:
             speedup = f"[green]{speedup}[/green]"
+        reached = {True: "yes", False: "no", None: "-"}[trial.reaches_limit]
         table.add_row(trial.fixes, escape(trial.what), format_seconds(trial.step_seconds_median), speedup,
-                      trial.run_id)
+                      reached, trial.run_id)
     console.print(table)
+    if limit:
+        console.print(f"Compute-only limit: {format_seconds(limit)} a step (the train step on one cached batch, "
+                      "no input work).")
     if len(trials) == 1:
         console.print("No fix applies without code edits: fit does not get a tf.data.Dataset, runs compiled, "
                       "and TensorFlow may use every CPU allowed.")
-    elif best is not None and best.speedup > 1.05:
+        return
+    if best is not None and best.speedup > 1.05:
         console.print(f"Best: {best.fixes}, {best.speedup:.2f}x faster steps ({best.what}).")
     else:
         console.print("None of the fixes made steps faster by more than 5%.")
+    if limit and not any(t.reaches_limit for t in trials):
+        console.print("No fix reaches the limit: the input work itself is the cost. Do less of it per element: "
+                      ".cache() after a deterministic map so it runs once, or vectorise it (batch before map).")
