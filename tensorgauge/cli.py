@@ -208,6 +208,32 @@ def cmd_demo(args) -> int:
     return exit_code
 
 
+def cmd_devices(args) -> int:
+    from tensorgauge.analyse.placement import summarise_audit
+    from tensorgauge.placement import audit
+    from tensorgauge.render.terminal import render_devices
+
+    if importlib.util.find_spec("tensorflow") is None:
+        raise TensorgaugeError("devices needs TensorFlow: pip install 'tensorgauge[tensorflow]'")
+    if args.logical_cpus is not None and not 1 <= args.logical_cpus <= 64:
+        raise TensorgaugeError(f"--logical-cpus must be between 1 and 64, got {args.logical_cpus}")
+    if not args.json:
+        _console(stderr=True).print(f"[dim]tensorgauge: loading {args.path} in a subprocess[/dim]")
+    raw = audit(args.path, device=args.device, input_shapes=args.input_shape, logical_cpus=args.logical_cpus)
+    result = summarise_audit({**raw, "path": str(args.path)})
+    if args.json:
+        text = json.dumps(result, indent=2)
+        if args.json == "-":
+            sys.stdout.write(text + "\n")
+            return 0
+        try:
+            Path(args.json).write_text(text + "\n")
+        except OSError as exc:
+            raise TensorgaugeError(f"cannot write {args.json}: {exc.strerror}") from None
+    render_devices(_console(), result)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--store", metavar="PATH",
@@ -256,13 +282,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs", nargs="+", metavar="RUN")
     p.set_defaults(func=cmd_rm)
 
+    p = sub.add_parser("devices", help="where a saved model's weights and ops run",
+                       description="Load a SavedModel directory, a .keras or a .h5 file in a subprocess; list its "
+                                   "variables and the device of each, call it once on zeros and list where its "
+                                   "ops ran (counts, top ops by time per device, ops without a GPU kernel).")
+    p.add_argument("path", metavar="PATH", help="SavedModel directory, .keras or .h5 file")
+    p.add_argument("--json", nargs="?", const="-", metavar="PATH",
+                   help="the tensorgauge.devices/1 document, to stdout or PATH")
+    p.add_argument("--device", metavar="DEVICE", help="load under tf.device(DEVICE), e.g. /CPU:0 or /GPU:0")
+    p.add_argument("--input-shape", action="append", metavar="SHAPE",
+                   help="the probe's input shape, e.g. 1,28,28,3 (once per input; default: from the model)")
+    p.add_argument("--logical-cpus", type=int, metavar="N",
+                   help="split the CPU into N logical devices (to try device scopes without a GPU)")
+    p.set_defaults(func=cmd_devices)
+
     p = sub.add_parser("demo", parents=[common], help="record a built-in small Keras job and show it",
                        description="Train, save, load and predict with a small Keras model on synthetic data "
                                    "(about 20 s on 2 cores) under 'tensorgauge run', then show the run. "
                                    "--scenario runs a job with a known cause instead, with --diagnose: "
-                                   "input-bound, eager, thread-limited, healthy.")
+                                   "input-bound, eager, eager-loop, thread-limited, healthy.")
     p.add_argument("--scenario", default="default", metavar="NAME",
-                   help="default, input-bound, eager, thread-limited or healthy")
+                   help="default, input-bound, eager, eager-loop, thread-limited or healthy")
     p.add_argument("--json", metavar="PATH", help="also write the run's report as JSON")
     p.set_defaults(func=cmd_demo)
     return parser

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from tensorgauge.analyse.diagnose import diagnose
 from tensorgauge.analyse.memory import memory_findings
+from tensorgauge.analyse.placement import placement_findings
 from tensorgauge.analyse.phases import build_phases
 from tensorgauge.analyse.summary import summarise
 from tensorgauge.model import RUN_SCHEMA, Event, Finding, Phase, RunRecord, Sample, Summary
@@ -29,7 +30,8 @@ class RunReport:
     def build(cls, record: RunRecord, samples: list[Sample], events: list[Event]) -> RunReport:
         phases = build_phases(events, samples, end=record.wall_seconds)
         summary = summarise(record, samples)
-        findings = diagnose(record, events, phases, summary, samples) + memory_findings(record, samples, events, phases)
+        findings = (diagnose(record, events, phases, summary, samples) + memory_findings(record, samples, events, phases)
+                    + placement_findings(record, events, phases))
         return cls(record=record, samples=samples, events=events, summary=summary, phases=phases, findings=findings)
 
     @classmethod

@@ -124,14 +124,17 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
                                                                   cgroup.cgroup_paths(child.pid))
     oom_before = oom_count()
     try:
+        gpus = open_gpus()
+        # "gpus": what the driver shows, whatever TensorFlow sees.
         record = RunRecord(run_id=run_id, command=list(command), started_at=started_at, name=name,
                            cwd=os.getcwd(), interval_seconds=interval_seconds, t0_monotonic=t0,
-                           tree_source="cgroup" if group else "procfs", env={"host": host_fingerprint()})
+                           tree_source="cgroup" if group else "procfs",
+                           env={"host": {**host_fingerprint(), "gpus": gpus.names}})
         store.save_run(record)
         if on_start:
             on_start(record)
         recorder = Recorder(store, record, t0, clock)
-        sampler = Sampler(tree, PsutilSystem(), open_gpus(), clock, t0)
+        sampler = Sampler(tree, PsutilSystem(), gpus, clock, t0)
         reader = hook_channel.EventReader(events_path)
 
         def tick(force: bool = False) -> None:

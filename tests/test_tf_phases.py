@@ -94,6 +94,10 @@ def test_job_facts_and_results(keras_run):
     assert job["tensorflow_version"].startswith("2.") and job["onednn_enabled"] in (True, False)
     assert "CPU:0" in job["devices_physical"] and job["python"] == sys.version.split()[0]
     assert truth["result"] == 6.0
+    placed = [(e.data["after"], e.data["devices"]) for e in report.events if e.kind == "placement"]
+    weights = {"CPU:0": {"bytes": 4 * (32 * 256 + 256 + 256 + 1), "variables": 4}}  # Dense(256), Dense(1)
+    assert placed[:2] == [("fit", weights), ("load", weights)]  # fit, then keras.models.load_model
+    assert ("load", {"CPU:0": {"bytes": 4, "variables": 1}}) in placed  # the SavedModel's one variable
     doc = report.to_dict()
     assert {"name", "kind", "parent", "start", "end", "cpu_seconds", "cores_busy_mean", "cores_busy_peak",
             "rss_peak_bytes", "steps", "step_seconds_p50"} <= set(doc["phases"][1])

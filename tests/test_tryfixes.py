@@ -4,11 +4,11 @@ import json
 import sys
 
 import pytest
-
 from conftest import needs_tf
+
 from tensorgauge.cli import main
-from tensorgauge.store import Store
 from tensorgauge.render.terminal import render_trials
+from tensorgauge.store import Store
 from tensorgauge.tryfixes import Trial, Trials, applicable
 
 

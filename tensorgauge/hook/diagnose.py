@@ -224,17 +224,19 @@ class ProfilerWindow:
             began = time.monotonic()
             tf.profiler.experimental.stop()
             steps = [b - a for a, b in zip(self.step_starts, self.step_starts[1:])]
-            waits, functions = self._trace_seconds(len(steps))
+            waits, functions, copies = self._trace_seconds(len(steps))
             channel().emit("input_probe", step_seconds=steps, get_next_seconds=waits, function_seconds=functions,
+                           copies=len(copies), copy_seconds=sum(copies),
                            start_seconds=self.start_seconds, stop_seconds=time.monotonic() - began)
         except Exception as exc:
             channel().emit("input_probe", error=f"{type(exc).__name__}: {exc}")
         finally:
             shutil.rmtree(self.logdir, ignore_errors=True)
 
-    def _trace_seconds(self, steps: int) -> tuple[list[float], list[float]]:
+    def _trace_seconds(self, steps: int) -> tuple[list[float], list[float], list[float]]:
         """Per step, in order: IteratorGetNext's duration, and the train function's
-        (Keras names it ``*_on_iterator``; the rest of a step is Keras' Python loop)."""
+        (Keras names it ``*_on_iterator``; the rest of a step is Keras' Python loop);
+        and the durations of the window's host<->GPU copies (``Memcpy*`` on a GPU plane)."""
         from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
         paths = glob.glob(os.path.join(self.logdir, "**", "*.xplane.pb"), recursive=True)
@@ -243,14 +245,19 @@ class ProfilerWindow:
             space.ParseFromString(f.read())
         waits: list[tuple[int, float]] = []
         functions: list[tuple[int, float]] = []
+        copies: list[float] = []
         for plane in space.planes:
             names = {key: meta.name for key, meta in plane.event_metadata.items()}
+            gpu = plane.name.startswith("/device:GPU:")
             for line in plane.lines:
                 for event in line.events:
                     name = names.get(event.metadata_id, "")
+                    if gpu and name.startswith("Memcpy") and ("HtoD" in name or "DtoH" in name or "H2D" in name
+                                                              or "D2H" in name):
+                        copies.append(event.duration_ps / 1e12)
                     at = (line.timestamp_ns * 1000 + event.offset_ps, event.duration_ps / 1e12)
                     if name == _GET_NEXT:
                         waits.append(at)
                     elif line.name == "python" and name.endswith("_on_iterator"):
                         functions.append(at)
-        return [s for _, s in sorted(waits)[:steps]], [s for _, s in sorted(functions)[:steps]]
+        return [s for _, s in sorted(waits)[:steps]], [s for _, s in sorted(functions)[:steps]], copies

@@ -15,7 +15,7 @@ import functools
 import os
 import sys
 
-from tensorgauge.hook import budget, diagnose, fixes
+from tensorgauge.hook import budget, diagnose, fixes, placement
 from tensorgauge.hook.agent import agent
 
 _MARK = "__tensorgauge_wrapped__"
@@ -50,6 +50,8 @@ def phase_wrapper(fn, kind: str, label: str | None = None, is_method: bool = Fal
             a.end(phase_id, exc)
             raise
         a.end(phase_id)
+        if kind == "load":  # load_model returns the model; load_weights fills its own
+            placement.send(args[0] if is_method else result, "load")
         return result
 
     setattr(wrapper, _MARK, fn)
@@ -97,6 +99,7 @@ def make_callback_class(base):
                     diagnose.compute_probe(self.model, self._fit_input)
             elif self._try_window is not None and self._try_window.finished and not fixes.active():
                 diagnose.compute_probe(self.model, self._fit_input)  # the limit the fixes are measured against
+            placement.send(self.model, "fit")
             self._end("fit")
 
         def on_test_begin(self, logs=None):

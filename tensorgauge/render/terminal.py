@@ -173,3 +173,42 @@ def render_trials(console: Console, result) -> None:
     if limit and not any(t.reaches_limit for t in trials):
         console.print("No fix reaches the limit: the input work itself is the cost. Do less of it per element: "
                       ".cache() after a deterministic map so it runs once, or vectorise it (batch before map).")
+
+
+VARIABLES_SHOWN = 20
+
+
+def render_devices(console: Console, result: dict) -> None:
+    """``tensorgauge devices``: weights per device, the variables, op placement, findings."""
+    console.print(f"[bold]{escape(str(result['path']))}[/bold]  ({result['format']}, TensorFlow "
+                  f"{result['tensorflow_version']}; devices: {escape(', '.join(result['devices']))})")
+    if result.get("load_device"):
+        console.print(f"  loaded under tf.device('{escape(result['load_device'])}')")
+    table = Table(box=None, header_style="bold", title="Weights", title_justify="left", title_style="bold")
+    for column in ("device", "variables", "bytes"):
+        table.add_column(column, justify="left" if column == "device" else "right")
+    for device, entry in sorted(result["weights_by_device"].items()):
+        table.add_row(device, str(entry["variables"]), format_bytes(entry["bytes"]))
+    console.print(table)
+    variables = Table(box=None, header_style="bold")
+    for column in ("variable", "shape", "dtype", "bytes", "device"):
+        variables.add_column(column, justify="right" if column == "bytes" else "left")
+    shown = result["variables"][:VARIABLES_SHOWN]
+    for v in shown:
+        variables.add_row(escape(v["name"]), "x".join(map(str, v["shape"])) or "scalar", v["dtype"],
+                          format_bytes(v["bytes"]), v["device"])
+    console.print(variables)
+    if len(result["variables"]) > len(shown):
+        console.print(f"  ... and {len(result['variables']) - len(shown)} more (--json lists all)")
+    shapes = ", ".join("x".join(map(str, s)) for s in result.get("probe_input_shapes") or [])
+    console.print(f"\n[bold]Ops of one call[/bold] on zeros of shape {shapes}:")
+    for device, count in sorted(result["ops_by_device"].items()):
+        top = ", ".join(f"{o['type']} {format_seconds(o['seconds'])}" for o in result["top_ops_by_device"].get(device, []))
+        console.print(f"  {device}: {count} ops" + (f"; by time: {escape(top)}" if top else ""))
+    if result["cpu_fallback_ops"]:
+        console.print(f"  without a GPU kernel (on the CPU): {escape(', '.join(result['cpu_fallback_ops']))}")
+    if result.get("note"):
+        console.print(f"\n{result['note']}")
+    for f in result["findings"]:
+        console.print(f"\n  [bold]{f['severity']}[/bold] {escape(f['title'])}  ({f['id']})")
+        console.print(f"    fix: {escape(f['fix'])}")

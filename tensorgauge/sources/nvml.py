@@ -11,6 +11,8 @@ from tensorgauge.model import GpuReading
 
 
 class NoGpus:
+    names: list[str] = []
+
     def read(self) -> list[GpuReading]:
         return []
 
@@ -23,6 +25,11 @@ class NvmlGpus:
         self._nvml = nvml
         self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
         self._names = [self._call(nvml.nvmlDeviceGetName, h) for h in self._handles]
+
+    @property
+    def names(self) -> list[str]:
+        """The GPUs' model names, in NVML's index order."""
+        return [name or "unknown" for name in self._names]
 
     def _call(self, fn, *args):
         try:

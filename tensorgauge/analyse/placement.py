@@ -1,0 +1,178 @@
+"""Where weights and ops run: the ``devices`` audit summarised, and placement findings
+for a recorded run (pure: from raw facts and events).
+
+Findings: ``gpu_not_visible`` (the driver has a GPU, TensorFlow does not),
+``gpu_unused`` (TensorFlow sees a GPU, the work runs on the CPU),
+``variables_on_cpu`` (weights on the CPU while a GPU is visible),
+``host_device_copies`` (many host<->device copies per step). On a machine
+without a GPU none applies: everything running on the CPU is expected there.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from tensorgauge.hook.placement import short_device
+from tensorgauge.model import Event, Finding, Phase, RunRecord
+from tensorgauge.units import format_bytes
+
+TOP_OPS = 5
+GPU_IDLE_UTIL = 5.0  # % mean GPU utilisation during fit under which the GPU counts as unused
+COPIES_PER_STEP = 8  # host<->device copies per step worth reporting (a step's batch needs one or two)
+INSTALL_CUDA = "pip install 'tensorflow[and-cuda]'"
+
+
+def _op_device(event: dict, node_devices: dict[str, str]) -> str:
+    node = event["name"].rsplit(":", 1)[0]
+    if node in node_devices:
+        return node_devices[node]
+    plane = event.get("plane", "")
+    return plane.rsplit("device:", 1)[-1] if plane.startswith("/device:") else "CPU:0"
+
+
+def summarise_audit(raw: dict) -> dict:
+    """The ``devices`` result (schema ``tensorgauge.devices/1``) from the audit's raw facts."""
+    variables = raw.get("variables") or []
+    weights: dict[str, dict[str, int]] = defaultdict(lambda: {"bytes": 0, "variables": 0})
+    for v in variables:
+        weights[v["device"]]["bytes"] += v["bytes"]
+        weights[v["device"]]["variables"] += 1
+    ops = raw.get("ops") or []
+    counts: dict[str, int] = defaultdict(int)
+    node_devices = {}
+    for op in ops:
+        device = short_device(op["device"])
+        counts[device] += 1
+        node_devices[op["node"]] = device
+    seconds: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for event in raw.get("timed_ops") or []:
+        op_type = event["name"].rsplit(":", 1)[-1]
+        seconds[_op_device(event, node_devices)][op_type] += event["seconds"]
+    top = {device: [{"type": t, "seconds": s} for t, s in sorted(by_type.items(), key=lambda kv: -kv[1])[:TOP_OPS]]
+           for device, by_type in seconds.items()}
+    gpus = [d for d in raw.get("devices") or [] if "GPU" in d]
+    kernels = raw.get("kernel_devices") or {}
+    fallbacks = sorted({op["type"] for op in ops if "CPU" in short_device(op["device"]) and gpus
+                        and op["type"] in kernels and "GPU" not in kernels[op["type"]]})
+    result = {"schema": "tensorgauge.devices/1", "path": raw.get("path"), "format": raw.get("format"),
+              "tensorflow_version": raw.get("tensorflow_version"), "devices": raw.get("devices") or [],
+              "load_device": raw.get("load_device"), "probe_input_shapes": raw.get("probe_input_shapes"),
+              "variables": variables, "weights_by_device": dict(weights), "ops_by_device": dict(counts),
+              "top_ops_by_device": top, "cpu_fallback_ops": fallbacks}
+    result["findings"] = [f.to_dict() for f in audit_findings(result, raw)]
+    result["note"] = None if gpus else "No GPU exists here (TensorFlow lists none): everything runs on the CPU."
+    return result
+
+
+def audit_findings(summary: dict, raw: dict) -> list[Finding]:
+    gpus = [d for d in summary["devices"] if "GPU" in d]
+    if not gpus:
+        return []
+    findings = []
+    weights = summary["weights_by_device"]
+    total = sum(w["bytes"] for w in weights.values())
+    on_cpu = sum(w["bytes"] for d, w in weights.items() if d.startswith("CPU"))
+    if total and on_cpu > total / 2:
+        findings.append(variables_on_cpu(on_cpu, total, summary.get("load_device")))
+    on_gpu = sum(n for d, n in summary["ops_by_device"].items() if d.startswith("GPU"))
+    if summary["ops_by_device"] and on_gpu == 0:
+        findings.append(Finding(
+            id="gpu_unused", severity="high", title=f"A GPU is visible ({', '.join(gpus)}) but every op of the "
+                                                    "probe call ran on the CPU",
+            evidence={"ops_by_device": summary["ops_by_device"], "cpu_fallback_ops": summary["cpu_fallback_ops"]},
+            fix="Load and call the model without a CPU device scope (or under with tf.device('/GPU:0')); "
+                "check that no tf.config.set_visible_devices hides the GPU.",
+            expected_gain=None))
+    if summary["cpu_fallback_ops"]:
+        findings.append(Finding(
+            id="cpu_fallback_ops", severity="moderate",
+            title=f"{len(summary['cpu_fallback_ops'])} op types have no GPU kernel and fell back to the CPU",
+            evidence={"op_types": summary["cpu_fallback_ops"]},
+            fix="Replace those ops with GPU-capable ones, or move them out of the model (e.g. into the tf.data "
+                "pipeline), so the data does not cross between host and GPU inside each call.",
+            expected_gain=None))
+    return findings
+
+
+def variables_on_cpu(on_cpu: int, total: int, load_device: str | None) -> Finding:
+    scoped = f" (it was loaded under tf.device('{load_device}'))" if load_device and "CPU" in load_device else ""
+    return Finding(
+        id="variables_on_cpu", severity="high",
+        title=f"{format_bytes(on_cpu)} of {format_bytes(total)} of weights are on the CPU although a GPU is "
+              f"visible{scoped}",
+        evidence={"weights_on_cpu_bytes": on_cpu, "weights_bytes": total, "load_device": load_device},
+        fix="Load the model without a CPU device scope: tf.saved_model.load and keras.saving.load_model place "
+            "variables on the GPU when one is visible. To choose, load under with tf.device('/GPU:0') (or "
+            "keras.device('gpu:0')); for a SavedModel, tf.saved_model.LoadOptions(experimental_io_device=...) "
+            "changes only where files are read, not where variables live.",
+        expected_gain="no host-to-GPU copy of the weights in every call")
+
+
+def _gpu_reason(record: RunRecord, job: dict) -> tuple[str, str]:
+    """Why TensorFlow cannot see the driver's GPU, and the fix."""
+    build = job.get("tf_build") or {}
+    if build.get("is_cuda_build") is False or (job.get("tf_build") is not None and not build.get("cuda_version")):
+        return ("this TensorFlow is a CPU-only build (e.g. tensorflow-cpu, or a wheel without CUDA)",
+                f"Install a CUDA build: {INSTALL_CUDA} (Linux), then check with "
+                "python -c \"import tensorflow as tf; print(tf.config.list_physical_devices('GPU'))\".")
+    cuda, cudnn = build.get("cuda_version"), build.get("cudnn_version")
+    driver = (record.env.get("host") or {}).get("nvidia_driver")
+    return (f"TensorFlow was built for CUDA {cuda} / cuDNN {cudnn} and could not load them with driver {driver}: "
+            "the CUDA or cuDNN libraries are missing or of another version, or the driver is too old for that CUDA",
+            f"Install the matching libraries with {INSTALL_CUDA} (it pins CUDA {cuda} and cuDNN {cudnn}), or "
+            "upgrade the driver to one that supports that CUDA; TensorFlow's start-up log names the library it "
+            "could not load.")
+
+
+def placement_findings(record: RunRecord, events: list[Event], phases: list[Phase]) -> list[Finding]:
+    """Placement findings for a recorded run."""
+    host, job = record.env.get("host") or {}, record.env.get("job") or {}
+    driver_gpus = bool(host.get("gpus"))
+    visible = job.get("gpus_visible")
+    findings = []
+    if driver_gpus and visible == 0:
+        reason, fix = _gpu_reason(record, job)
+        findings.append(Finding(id="gpu_not_visible", severity="high",
+                                title=f"The NVIDIA driver ({host.get('nvidia_driver')}) shows {', '.join(host['gpus'])} "
+                                      f"but TensorFlow does not: {reason}",
+                                evidence={"nvidia_driver": host.get("nvidia_driver"), "gpus": host["gpus"],
+                                          "tf_build": job.get("tf_build"),
+                                          "devices_physical": job.get("devices_physical")},
+                                fix=fix, expected_gain=None))
+    if not visible:
+        return findings
+    placed = [e.data for e in events if e.kind == "placement"]
+    for data in placed[-1:]:
+        devices = data.get("devices") or {}
+        total = sum(d.get("bytes", 0) for d in devices.values())
+        on_cpu = sum(d.get("bytes", 0) for name, d in devices.items() if name.startswith("CPU"))
+        if total and on_cpu > total / 2:
+            findings.append(variables_on_cpu(on_cpu, total, None))
+    fits = [p for p in phases if p.kind == "fit" and p.wall_seconds >= 1.0]
+    for fit in fits[:1]:
+        if fit.gpu_util_mean is not None and fit.gpu_util_mean < GPU_IDLE_UTIL and fit.cores_busy_mean >= 0.5:
+            findings.append(Finding(
+                id="gpu_unused", severity="high",
+                title=f"TensorFlow sees {visible} GPU(s) but training ran on the CPU: GPU busy "
+                      f"{fit.gpu_util_mean:.0f}% on average, {fit.cores_busy_mean:.2f} cores busy",
+                evidence={"gpus_visible": visible, "fit_gpu_util_mean": fit.gpu_util_mean,
+                          "fit_cores_busy_mean": round(fit.cores_busy_mean, 2)},
+                fix="Look for a with tf.device('/CPU:0') scope around the model or fit, CUDA_VISIBLE_DEVICES or "
+                    "tf.config.set_visible_devices hiding the GPU from this process; run "
+                    "'tensorgauge devices MODEL' to see where the weights and ops are.",
+                expected_gain=None))
+    probe = next((e.data for e in events if e.kind == "input_probe" and e.data.get("copies")), None)
+    if probe:
+        steps = max(1, len(probe.get("step_seconds") or []))
+        per_step = probe["copies"] / steps
+        if per_step >= COPIES_PER_STEP:
+            findings.append(Finding(
+                id="host_device_copies", severity="moderate",
+                title=f"{per_step:.0f} host<->GPU copies a step ({probe.get('copy_seconds', 0) / steps * 1000:.1f} ms)",
+                evidence={"copies_per_step": round(per_step, 1),
+                          "copy_seconds_per_step": round(probe.get("copy_seconds", 0) / steps, 6)},
+                fix="Keep the data on one device: move ops without a GPU kernel (string, py_function, some "
+                    "image ops) into the tf.data pipeline, avoid .numpy() and Python scalars inside the step, "
+                    "and end the input pipeline with .prefetch so the one batch copy overlaps compute.",
+                expected_gain="the copy time per step"))
+    return findings
