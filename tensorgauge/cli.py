@@ -210,16 +210,16 @@ def cmd_demo(args) -> int:
 
 def cmd_devices(args) -> int:
     from tensorgauge.analyse.placement import summarise_audit
-    from tensorgauge.placement import audit
+    from tensorgauge.placement import audit_model
     from tensorgauge.render.terminal import render_devices
 
     if importlib.util.find_spec("tensorflow") is None:
         raise TensorgaugeError("devices needs TensorFlow: pip install 'tensorgauge[tensorflow]'")
     if args.logical_cpus is not None and not 1 <= args.logical_cpus <= 64:
         raise TensorgaugeError(f"--logical-cpus must be between 1 and 64, got {args.logical_cpus}")
-    if not args.json:
-        _console(stderr=True).print(f"[dim]tensorgauge: loading {args.path} in a subprocess[/dim]")
-    raw = audit(args.path, device=args.device, input_shapes=args.input_shape, logical_cpus=args.logical_cpus)
+    progress = None if args.json else lambda line: _console(stderr=True).print(f"[dim]tensorgauge: {line}[/dim]")
+    raw = audit_model(args.path, device=args.device, input_shapes=args.input_shape, logical_cpus=args.logical_cpus,
+                      progress=progress)
     result = summarise_audit({**raw, "path": str(args.path)})
     if args.json:
         text = json.dumps(result, indent=2)
@@ -231,6 +231,86 @@ def cmd_devices(args) -> int:
         except OSError as exc:
             raise TensorgaugeError(f"cannot write {args.json}: {exc.strerror}") from None
     render_devices(_console(), result)
+    return 0
+
+
+def _write_text(text: str, destination: str) -> None:
+    if destination == "-":
+        sys.stdout.write(text + "\n")
+        return
+    try:
+        Path(destination).write_text(text + "\n")
+    except OSError as exc:
+        raise TensorgaugeError(f"cannot write {destination}: {exc.strerror}") from None
+
+
+def cmd_env(args) -> int:
+    from tensorgauge.render.compare import render_env
+    from tensorgauge.environment import environment
+
+    env = environment(progress=None if args.json else
+                      lambda line: _console(stderr=True).print(f"[dim]tensorgauge: {line}[/dim]"))
+    if args.json:
+        _write_text(json.dumps({"schema": "tensorgauge.env/1", **env}, indent=2), args.json)
+        return 0
+    render_env(_console(), env)
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from tensorgauge.analyse.bench import bench_results
+    from tensorgauge.bench import run_bench
+    from tensorgauge.bundle import export_run
+    from tensorgauge.render.compare import render_bench
+
+    store = _open_store(args)
+    report = run_bench(store, quick=args.quick)
+    render_bench(_console(), bench_results(report.events, report.phases), report.record.run_id)
+    out = args.output or f"tensorgauge-bench-{report.record.run_id}.json"
+    export_run(store, report.record.run_id).write(out)
+    _console().print(f"bundle: {out}  (compare it with: tensorgauge compare {out} OTHER)")
+    return 0
+
+
+def cmd_export(args) -> int:
+    from tensorgauge.bundle import export_run
+
+    store = _open_store(args, create=False)
+    bundle = export_run(store, args.run)
+    bundle.write(args.output)
+    print(f"exported {bundle.record.run_id} to {args.output}")
+    return 0
+
+
+def cmd_import(args) -> int:
+    from tensorgauge.bundle import import_bundle, read
+
+    bundle = read(args.file)  # validated in full before the store is touched
+    run_id = import_bundle(_open_store(args), bundle)
+    print(f"imported {run_id}")
+    return 0
+
+
+def _side(args, ref: str):
+    from tensorgauge.analyse.compare import Side
+    from tensorgauge.bundle import analyse, read
+    from tensorgauge.report import RunReport
+
+    if Path(ref).is_file():
+        return Side(Path(ref).name, analyse(read(ref)))
+    report = RunReport.load(_open_store(args, create=False), ref)
+    return Side(report.record.name or report.record.run_id, report)
+
+
+def cmd_compare(args) -> int:
+    from tensorgauge.analyse.compare import compare
+    from tensorgauge.render.compare import render_compare
+
+    comparison = compare(_side(args, args.a), _side(args, args.b))
+    if args.json:
+        _write_text(json.dumps(comparison.to_dict(), indent=2), args.json)
+        return 0
+    render_compare(_console(), comparison)
     return 0
 
 
@@ -295,6 +375,40 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--logical-cpus", type=int, metavar="N",
                    help="split the CPU into N logical devices (to try device scopes without a GPU)")
     p.set_defaults(func=cmd_devices)
+
+    p = sub.add_parser("env", help="this machine's fingerprint: CPU, cores allowed, memory, GPU, TensorFlow build",
+                       description="The environment fingerprint saved with every run, for this machine and "
+                                   "this Python (TensorFlow is imported to read its build, if installed).")
+    p.add_argument("--json", nargs="?", const="-", metavar="PATH", help="the tensorgauge.env/1 document")
+    p.set_defaults(func=cmd_env)
+
+    p = sub.add_parser("bench", parents=[common], help="run the standard benchmark suite and write a bundle",
+                       description="numpy matmul, TensorFlow matmul, a dense model trained at batch 16/128/512, "
+                                   "a tf.data pipeline, a save and load; recorded as a run (cores busy and peak "
+                                   "memory per benchmark) and written as a bundle for 'compare'. "
+                                   "--quick: under a minute on 2 cores; full: a few minutes.")
+    p.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="bundle file (default tensorgauge-bench-RUN_ID.json in the current folder)")
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("export", parents=[common], help="write a run to a portable bundle file")
+    p.add_argument("run", help="run id, unique prefix, name, or 'last'")
+    p.add_argument("-o", "--output", required=True, metavar="FILE")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("import", parents=[common], help="add a run from a bundle file to the store")
+    p.add_argument("file", metavar="FILE")
+    p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("compare", parents=[common], help="compare two runs or bundles and explain the difference",
+                       description="A and B are run ids/names or bundle files (from bench or export). Shows the "
+                                   "environment differences, each benchmark's or phase's ratio, and a ranked "
+                                   "explanation tying result differences to environment differences.")
+    p.add_argument("a", metavar="A")
+    p.add_argument("b", metavar="B")
+    p.add_argument("--json", nargs="?", const="-", metavar="PATH", help="the tensorgauge.compare/1 document")
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("demo", parents=[common], help="record a built-in small Keras job and show it",
                        description="Train, save, load and predict with a small Keras model on synthetic data "

@@ -129,6 +129,21 @@ class Store:
         except sqlite3.Error as exc:
             raise StoreError(f"cannot write to store {self.path}: {exc}") from None
 
+    def import_run(self, record: RunRecord, samples: list[Sample], events: list[Event]) -> None:
+        """Insert a whole run in one transaction: all of it or, on any error, nothing."""
+        if self._query("SELECT 1 FROM runs WHERE run_id = ?", (record.run_id,)):
+            raise StoreError(f"run {record.run_id} is already in store {self.path}")
+        try:
+            with self.conn:
+                self.conn.execute("BEGIN")
+                self.conn.execute("INSERT INTO runs (run_id, started_at, record) VALUES (?, ?, ?)",
+                                  (record.run_id, record.started_at, json.dumps(record.to_dict())))
+                self.conn.executemany(_INSERT_SAMPLE, [(record.run_id, *_sample_row(s)) for s in samples])
+                self.conn.executemany("INSERT INTO events (run_id, t, pid, kind, data) VALUES (?, ?, ?, ?, ?)",
+                                      [(record.run_id, e.t, e.pid, e.kind, json.dumps(e.data)) for e in events])
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot write to store {self.path}: {exc}") from None
+
     def delete_run(self, run_id: str) -> None:
         try:
             with self.conn:

@@ -82,6 +82,10 @@ def test_process_tree_includes_children(store_path):
     (["run", "--max-memory", "10MiB", "--", "true"], "the interpreter itself needs"),
     (["run", "--max-cpus", "512", "--", "true"], "more than the"),
     (["run", "--max-cpus", "0", "--", "true"], "more than zero"),
+    (["compare", "nope.json", "last"], "no run store"),
+    (["export", "last"], "the following arguments are required: -o/--output"),
+    (["import", "/no/such/bundle.json"], "cannot read /no/such/bundle.json"),
+    (["devices", "/no/such/model.keras"], "no such file or directory"),
 ])
 def test_bad_input_is_one_line_and_exit_2(store_path, capsys, argv, message):
     assert main(argv) == 2
@@ -153,3 +157,13 @@ def test_a_failing_store_stops_recording_not_the_job(store_path, capsys, monkeyp
     assert "warning: recording stopped" in err and "disk is full" in err and "Traceback" not in err
     record = RealStore.open(store_path).run("last")
     assert record.exit_code == 4 and record.complete
+
+
+def test_env_fingerprint(capsys):
+    assert main(["env", "--json"]) == 0
+    env = json.loads(capsys.readouterr().out)
+    assert env["schema"] == "tensorgauge.env/1"
+    assert env["host"]["cores_allowed"] > 0 and env["host"]["gpus"] == [] or env["host"]["nvidia_driver"]
+    assert env["job"]["python"] == sys.version.split()[0] and env["job"]["affinity_cpus"] >= 1
+    assert main(["env"]) == 0
+    assert "host.cores_allowed" in capsys.readouterr().out

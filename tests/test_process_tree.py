@@ -98,9 +98,12 @@ def test_runner_samples_through_a_real_cgroup_where_permitted(store_path):
     if probe is None:
         pytest.skip("cgroups are not writable here: the /proc path is used (tested above)")
     probe.remove()
-    code = ("import subprocess, sys, time\n"
-            "subprocess.Popen([sys.executable, '-c', 'import time\\nt = time.time()\\nwhile time.time() - t < 1: pass'])\n"
-            "t = time.time()\nwhile time.time() - t < 1: pass\n")
+    # Each busy for one CPU-second (by its own CPU clock, so a loaded machine does not change the
+    # total); the parent waits for the child's flag file, never for the child process itself.
+    flag = str(store_path.parent / "child-done")
+    child = f"import time\nwhile time.process_time() < 1: pass\nopen({flag!r}, 'w').close()\n"
+    code = (f"import os, subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {child!r}])\n"
+            f"while time.process_time() < 1: pass\nwhile not os.path.exists({flag!r}): time.sleep(0.01)\n")
     assert main(["run", "-q", "--", sys.executable, "-c", code]) == 0
     store = Store.open(store_path)
     record = store.run("last")

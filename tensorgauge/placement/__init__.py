@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 from tensorgauge.errors import TensorgaugeError
 
@@ -37,11 +38,14 @@ def model_format(path: Path) -> str:
     raise TensorgaugeError(f"{path}: not a model (expected a SavedModel directory, a .keras or a .h5 file)")
 
 
-def audit(path: str | os.PathLike, device: str | None = None, input_shapes: list[str] | None = None,
-          logical_cpus: int | None = None, python: str | None = None) -> dict:
+def audit_model(path: str | os.PathLike, device: str | None = None, input_shapes: list[str] | None = None,
+          logical_cpus: int | None = None, python: str | None = None,
+          progress: Callable[[str], None] | None = None) -> dict:
     """Load ``path`` in a subprocess and return its raw facts (see the audit module)."""
     path = Path(path)
     fmt = model_format(path)
+    if progress:
+        progress(f"loading {path} in a subprocess")
     request = {"path": str(path.resolve()), "format": fmt, "device": device,
                "input_shapes": input_shapes or [], "logical_cpus": logical_cpus}
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0", "PYTHONWARNINGS": "ignore"}

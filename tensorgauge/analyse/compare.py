@@ -1,0 +1,248 @@
+"""Two runs side by side: what differs in their environments, what differs in their
+results (benchmarks or phases), and which environment difference plausibly
+causes which result difference, ranked by the size of the effect (pure).
+
+A result's ``slowdown`` is how many times longer B took than A for the same
+work (throughput A / throughput B; seconds B / seconds A): 2.0 means B is
+twice as slow, 0.5 twice as fast.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from tensorgauge.analyse.bench import bench_results
+
+SIGNIFICANT = 1.10  # a result that changed by 10% or more (either way) needs an explanation
+COMPUTE = ("numpy", "tf_ops", "keras", "tf_data", "fit", "evaluate", "predict")
+TENSORFLOW = ("tf_ops", "keras", "tf_data", "fit", "evaluate", "predict", "save", "load", "io", "import")
+
+
+@dataclass
+class Side:
+    """One run to compare: its record and analysed report."""
+
+    label: str
+    report: Any  # RunReport
+
+    @property
+    def host(self) -> dict:
+        return self.report.record.env.get("host") or {}
+
+    @property
+    def job(self) -> dict:
+        return self.report.record.env.get("job") or {}
+
+
+@dataclass
+class Cause:
+    id: str
+    label: str
+    read: Callable[[Side], Any]
+    affects: tuple[str, ...]  # benchmark groups and phase kinds
+    why: str  # how it acts, in plain words
+
+
+def _env_var(side: Side, name: str):
+    return (side.host.get("env_vars") or {}).get(name) or (side.job.get("thread_env") or {}).get(name)
+
+
+def _onednn(side: Side) -> str | None:
+    """oneDNN as TensorFlow reported it, and the setting: 'off (TF_ENABLE_ONEDNN_OPTS=0)'."""
+    on, flag = side.job.get("onednn_enabled"), _env_var(side, "TF_ENABLE_ONEDNN_OPTS")
+    if on is None and flag is None:
+        return None
+    state = "unknown" if on is None else "on" if on else "off"
+    return f"{state} (TF_ENABLE_ONEDNN_OPTS={'unset' if flag is None else flag})"
+
+
+def _blas(side: Side):
+    """The BLAS libraries and versions (their thread counts follow the CPUs allowed and OMP_NUM_THREADS)."""
+    pools = side.job.get("blas") or []
+    return ", ".join(sorted({f"{p.get('internal_api')} {p.get('version')}" for p in pools if isinstance(p, dict)})) \
+        or None
+
+
+def _jit(side: Side):
+    configs = [e.data for e in side.report.events if e.kind == "fit_config"]
+    return configs[0].get("jit_compile") if configs else None
+
+
+CAUSES = [
+    Cause("cpus", "CPUs allowed", lambda s: s.host.get("cores_allowed"), COMPUTE,
+          "parallel kernels (matmul, convolutions, BLAS) spread over the CPUs the job may use"),
+    Cause("onednn", "oneDNN (TF_ENABLE_ONEDNN_OPTS)", _onednn, ("tf_ops", "keras", "fit", "evaluate", "predict"),
+          "oneDNN's fused, vectorised CPU kernels for matmul and convolutions"),
+    Cause("cpu_model", "CPU model", lambda s: s.host.get("cpu_model"), COMPUTE,
+          "per-core speed, cache sizes and memory bandwidth"),
+    Cause("cpu_flags", "CPU instruction sets", lambda s: tuple(s.host.get("cpu_flags") or ()) or None,
+          ("numpy", "tf_ops", "keras", "fit", "evaluate", "predict"),
+          "wider vector units (AVX-512, AMX) run more floating-point work per cycle"),
+    Cause("tensorflow", "TensorFlow version", lambda s: s.job.get("tensorflow_version"), TENSORFLOW,
+          "kernels, graph optimisations and defaults change between releases"),
+    Cause("keras", "Keras version", lambda s: s.job.get("keras_version"), ("keras", "fit", "evaluate", "predict"),
+          "the training loop and its defaults"),
+    Cause("cuda", "CUDA / cuDNN build",
+          lambda s: tuple(str((s.job.get("tf_build") or {}).get(k)) for k in ("cuda_version", "cudnn_version"))
+          if s.job.get("tf_build") else None, TENSORFLOW, "which GPU kernels TensorFlow can use"),
+    Cause("gpu", "GPUs", lambda s: tuple(s.host.get("gpus") or ()) or None, TENSORFLOW,
+          "whether and on what the TensorFlow work runs off the CPU"),
+    Cause("gpus_visible", "GPUs visible to TensorFlow", lambda s: s.job.get("gpus_visible"), TENSORFLOW,
+          "a GPU TensorFlow cannot see does no work"),
+    Cause("xla", "XLA (jit_compile)", _jit, ("keras", "fit", "evaluate", "predict"),
+          "XLA compiles the step into fused kernels"),
+    Cause("tf_threads", "TensorFlow thread pools",
+          lambda s: (s.job.get("intra_op_threads"), s.job.get("inter_op_threads"),
+                     _env_var(s, "TF_NUM_INTRAOP_THREADS"), _env_var(s, "TF_NUM_INTEROP_THREADS"))
+          if s.job else None, ("tf_ops", "keras", "tf_data", "fit", "evaluate", "predict"),
+          "the number of threads each op and the graph may use"),
+    Cause("omp", "OMP_NUM_THREADS", lambda s: _env_var(s, "OMP_NUM_THREADS"), ("numpy",),
+          "numpy's BLAS threads"),
+    Cause("blas", "numpy's BLAS", _blas, ("numpy",), "the library behind numpy's matmul"),
+    Cause("numpy", "numpy version", lambda s: s.job.get("numpy_version"), ("numpy",), "numpy itself"),
+    Cause("python", "Python version", lambda s: s.job.get("python") or s.host.get("monitor_python"),
+          ("import", "keras", "fit"), "the interpreter running the Python loop"),
+    Cause("memory", "memory (RAM, cgroup limit)",
+          lambda s: (s.host.get("ram_bytes"), s.host.get("cgroup_memory_limit_bytes")), (),
+          "memory only matters when a job nears the limit (swapping, OOM)"),
+    Cause("cpu_quota", "cgroup CPU quota", lambda s: s.host.get("cgroup_cpu_quota_cores"), COMPUTE,
+          "a quota throttles the job when it uses more cores than the quota"),
+]
+
+
+@dataclass
+class Result:
+    name: str
+    kind: str  # "bench" or "phase"
+    group: str  # benchmark group or phase kind
+    a: float
+    b: float
+    unit: str
+    slowdown: float
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "group": self.group, "a": self.a, "b": self.b,
+                "unit": self.unit, "slowdown": round(self.slowdown, 3)}
+
+
+@dataclass
+class Comparison:
+    a: Side
+    b: Side
+    environment: list[dict] = field(default_factory=list)  # {cause, label, a, b}
+    results: list[Result] = field(default_factory=list)
+    explanations: list[dict] = field(default_factory=list)
+    unexplained: list[Result] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        def side(s: Side) -> dict:
+            r = s.report.record
+            return {"label": s.label, "run_id": r.run_id, "name": r.name, "started_at": r.started_at,
+                    "hostname": s.host.get("hostname")}
+
+        return {"schema": "tensorgauge.compare/1", "a": side(self.a), "b": side(self.b),
+                "environment": self.environment, "results": [r.to_dict() for r in self.results],
+                "explanations": self.explanations, "unexplained": [r.to_dict() for r in self.unexplained]}
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def environment_differences(a: Side, b: Side) -> list[dict]:
+    found = []
+    for cause in CAUSES:
+        va, vb = cause.read(a), cause.read(b)
+        if va != vb and not (va is None or vb is None):
+            found.append({"cause": cause.id, "label": cause.label, "a": _plain(va), "b": _plain(vb)})
+    return found
+
+
+def _bench_results(a: Side, b: Side) -> list[Result]:
+    ra = bench_results(a.report.events, a.report.phases)
+    rb = bench_results(b.report.events, b.report.phases)
+    out = []
+    for name, x in ra.items():
+        y = rb.get(name)
+        if not y or not _positive(x.get("value")) or not _positive(y.get("value")):
+            continue
+        slowdown = x["value"] / y["value"] if x.get("higher_is_better") else y["value"] / x["value"]
+        out.append(Result(name, "bench", str(x.get("group")), x["value"], y["value"], str(x.get("unit")), slowdown))
+    return out
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 and math.isfinite(value)
+
+
+def _phase_results(a: Side, b: Side) -> list[Result]:
+    """Phases matched by name (the first of each name), compared by wall time."""
+    first_b = {}
+    for p in b.report.phases:
+        first_b.setdefault(p.name, p)
+    out, seen = [], set()
+    for p in a.report.phases:
+        q = first_b.get(p.name)
+        if p.name in seen or q is None or p.name.startswith("bench "):
+            continue
+        seen.add(p.name)
+        if p.wall_seconds >= 0.05 and q.wall_seconds > 0:
+            out.append(Result(p.name, "phase", p.kind, round(p.wall_seconds, 4), round(q.wall_seconds, 4), "s",
+                              q.wall_seconds / p.wall_seconds))
+    return out
+
+
+def _significant(r: Result) -> bool:
+    return r.slowdown >= SIGNIFICANT or r.slowdown <= 1 / SIGNIFICANT
+
+
+def _describe(cause: Cause, diff: dict, affected: list[Result]) -> str:
+    figures = "; ".join(f"{r.name} {format_slowdown(r.slowdown)}" for r in affected[:12])
+    more = f" and {len(affected) - 12} more" if len(affected) > 12 else ""
+    text = f"{cause.label}: {format_value(diff['a'])} -> {format_value(diff['b'])}. It governs {cause.why}."
+    if affected:
+        text += f" Affected: {figures}{more}."
+    if cause.id == "onednn" and str(diff["a"]).split()[0] == str(diff["b"]).split()[0]:
+        text += (f" TensorFlow reported oneDNN {str(diff['a']).split()[0]} in both runs (by default it is on only "
+                 "for CPUs with AVX-512 VNNI/BF16 or AMX), so the setting likely changed nothing here; the figures "
+                 "are shared with the other causes.")
+    if cause.id == "cpus" and _positive(diff["a"]) and _positive(diff["b"]):
+        text += f" Work that scales with cores can change by up to {max(diff['a'], diff['b']) / min(diff['a'], diff['b']):.1f}x."
+    return text
+
+
+def format_value(v: Any) -> str:
+    if isinstance(v, list):
+        return ", ".join(map(str, v)) or "none"
+    return str(v)
+
+
+def format_slowdown(slowdown: float) -> str:
+    return f"{slowdown:.2f}x slower" if slowdown >= 1 else f"{1 / slowdown:.2f}x faster"
+
+
+def compare(a: Side, b: Side) -> Comparison:
+    """Environment differences, result differences and ranked explanations of B against A."""
+    result = Comparison(a, b, environment_differences(a, b))
+    bench = _bench_results(a, b)
+    # Two bench runs: the benchmarks are the results; their inner fit/save phases would repeat them.
+    result.results = bench + [r for r in _phase_results(a, b) if not bench or r.group == "import"]
+    changed = [r for r in result.results if _significant(r)]
+    causes = {c.id: c for c in CAUSES}
+    explained: set[str] = set()
+    for diff in result.environment:
+        cause = causes[diff["cause"]]
+        affected = sorted((r for r in changed if r.group in cause.affects),
+                          key=lambda r: -abs(math.log(r.slowdown)))
+        explained.update(r.name for r in affected)
+        score = max((abs(math.log(r.slowdown)) for r in affected), default=0.0)
+        if cause.id == "onednn" and str(diff["a"]).split()[0] == str(diff["b"]).split()[0]:
+            score /= 2  # only the setting differs, not the state TensorFlow reported
+        result.explanations.append({"cause": cause.id, "label": cause.label, "a": diff["a"], "b": diff["b"],
+                                    "score": round(score, 4), "affected": [r.to_dict() for r in affected],
+                                    "text": _describe(cause, diff, affected)})
+    result.explanations.sort(key=lambda e: (-e["score"], -len(e["affected"])))
+    result.unexplained = [r for r in changed if r.name not in explained]
+    return result

@@ -1,0 +1,28 @@
+"""``tensorgauge bench``: the standard suite (:mod:`tensorgauge.bench.suite`) run as a
+recorded job, so every result comes with the machine's fingerprint and what
+each benchmark used (cores busy, peak memory) from its phase."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+from tensorgauge.errors import TensorgaugeError
+
+SUITE = "tensorgauge.bench.suite"
+
+
+def run_bench(store, quick: bool = False, name: str | None = None):
+    """Run the suite under the monitor; returns the RunReport of the stored run."""
+    from tensorgauge.report import RunReport
+    from tensorgauge.runner import run
+
+    if importlib.util.find_spec("tensorflow") is None:
+        raise TensorgaugeError("bench needs TensorFlow: pip install 'tensorgauge[tensorflow]'")
+    command = [sys.executable, "-m", SUITE] + (["--quick"] if quick else [])
+    result = run(command, store, name=name or ("bench --quick" if quick else "bench"),
+                 extra_env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    if result.record.exit_code != 0:
+        raise TensorgaugeError(f"the benchmark suite failed (exit {result.record.exit_code}); "
+                               f"see 'tensorgauge show {result.record.run_id}'")
+    return RunReport.load(store, result.record.run_id)

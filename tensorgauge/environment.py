@@ -1,0 +1,26 @@
+"""``tensorgauge env``: the fingerprint every run carries, taken for this machine and
+this Python: the host's (CPU, cores allowed, memory, GPUs) and the job side's
+(Python, numpy's BLAS, TensorFlow's build, oneDNN, devices, thread pools)."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Callable
+
+from tensorgauge.hook import tfinfo
+from tensorgauge.sources.fingerprint import host_fingerprint
+from tensorgauge.sources.nvml import open_gpus
+
+
+def environment(progress: Callable[[str], None] | None = None) -> dict:
+    gpus = open_gpus()
+    host = {**host_fingerprint(), "gpus": gpus.names}
+    gpus.close()
+    if importlib.util.find_spec("numpy") is not None:
+        import numpy  # noqa: F401  (loaded, so its BLAS is listed)
+    job = tfinfo.python_facts()
+    if importlib.util.find_spec("tensorflow") is not None:
+        if progress:
+            progress("importing TensorFlow to read its build")
+        job.update(tfinfo.tensorflow_facts())
+    return {"host": host, "job": job}

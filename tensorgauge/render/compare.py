@@ -1,0 +1,98 @@
+"""Terminal views of ``env``, ``bench`` and ``compare`` (rich)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from tensorgauge.analyse.compare import SIGNIFICANT, format_slowdown, format_value
+from tensorgauge.units import format_bytes, format_seconds
+
+
+def _flat(prefix: str, value, out: list[tuple[str, str]]) -> None:
+    if isinstance(value, dict) and value:
+        for key, inner in value.items():
+            _flat(f"{prefix}.{key}" if prefix else str(key), inner, out)
+    elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        for i, inner in enumerate(value):
+            _flat(f"{prefix}[{i}]", inner, out)
+    elif prefix.endswith("_bytes") and isinstance(value, int):
+        out.append((prefix, format_bytes(value)))
+    else:
+        out.append((prefix, ", ".join(map(str, value)) if isinstance(value, list) else str(value)))
+
+
+def render_env(console: Console, env: dict) -> None:
+    table = Table(box=None, header_style="bold", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    rows: list[tuple[str, str]] = []
+    for part in ("host", "job"):
+        _flat(part, env.get(part) or {}, rows)
+    for key, value in rows:
+        table.add_row(escape(key), escape(value))
+    console.print(table)
+
+
+def render_bench(console: Console, results: dict[str, dict], run_id: str) -> None:
+    table = Table(box=None, header_style="bold", title=f"Benchmarks (run {run_id})", title_justify="left",
+                  title_style="bold")
+    for column in ("benchmark", "result", "time", "cores busy", "RSS peak"):
+        table.add_column(column, justify="left" if column == "benchmark" else "right")
+    for name, r in results.items():
+        table.add_row(escape(name), f"{r['value']:,.1f} {escape(str(r['unit']))}", format_seconds(r.get("seconds")),
+                      f"{r['cores_busy_mean']:.2f}" if r.get("cores_busy_mean") is not None else "-",
+                      format_bytes(r.get("rss_peak_bytes")) if r.get("rss_peak_bytes") else "-")
+    console.print(table)
+
+
+def _ratio(slowdown: float) -> str:
+    text = format_slowdown(slowdown)
+    if slowdown >= SIGNIFICANT:
+        return f"[red]{text}[/red]"
+    if slowdown <= 1 / SIGNIFICANT:
+        return f"[green]{text}[/green]"
+    return text
+
+
+def _number(value, unit: str) -> str:
+    return format_seconds(value) if unit == "s" else f"{value:,.1f} {escape(unit)}"
+
+
+def render_compare(console: Console, comparison) -> None:
+    doc = comparison.to_dict()
+    a, b = doc["a"], doc["b"]
+    console.print(f"[bold]A[/bold] {escape(a['label'])} ({a['run_id']}, {escape(str(a['hostname']))})   "
+                  f"[bold]B[/bold] {escape(b['label'])} ({b['run_id']}, {escape(str(b['hostname']))})")
+    if doc["environment"]:
+        table = Table(box=None, header_style="bold", title="Environment differences", title_justify="left",
+                      title_style="bold")
+        for column in ("what", "A", "B"):
+            table.add_column(column)
+        for d in doc["environment"]:
+            table.add_row(escape(d["label"]), escape(format_value(d["a"])), escape(format_value(d["b"])))
+        console.print(table)
+    else:
+        console.print("The environments match: differences below are the job's own, or noise.")
+    if doc["results"]:
+        table = Table(box=None, header_style="bold", title="Results (B against A)", title_justify="left",
+                      title_style="bold")
+        for column in ("", "A", "B", "B is"):
+            table.add_column(column, justify="left" if not column else "right")
+        for r in doc["results"]:
+            table.add_row(escape(r["name"]), _number(r["a"], r["unit"]), _number(r["b"], r["unit"]),
+                          _ratio(r["slowdown"]))
+        console.print(table)
+    explanations = [e for e in doc["explanations"] if e["affected"]]
+    if explanations:
+        console.print("[bold]Why, most likely first[/bold]")
+        for i, e in enumerate(explanations, 1):
+            console.print(f" {i}. {escape(e['text'])}")
+    quiet = [e["label"] for e in doc["explanations"] if not e["affected"]]
+    if quiet:
+        console.print(f"Differences with no measured effect here: {escape(', '.join(quiet))}.")
+    if doc["unexplained"]:
+        names = ", ".join(f"{r['name']} ({_ratio(r['slowdown'])})" for r in doc["unexplained"][:8])
+        console.print(f"Changed with no recorded environment difference (noise, load, or the job itself): {names}")
+

@@ -1,0 +1,149 @@
+"""Bundles: export -> import round trip; bad, truncated, future and hostile files get one
+clear line; property-based: random and mutated bundles never raise anything else."""
+
+import json
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tensorgauge.bundle import SCHEMA, BundleError, loads, read
+from tensorgauge.cli import main
+from tensorgauge.errors import TensorgaugeError
+from tensorgauge.store import Store
+
+JOB = ("import tensorgauge, time\n"
+       "with tensorgauge.phase('work'):\n"
+       "    t = time.time()\n"
+       "    while time.time() - t < 0.3: pass\n")
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bundle")
+    store = folder / "runs.db"
+    assert main(["run", "-q", "--store", str(store), "--name", "work", "--", sys.executable, "-c", JOB]) == 0
+    out = folder / "work.json"
+    assert main(["export", "--store", str(store), "work", "-o", str(out)]) == 0
+    return store, out
+
+
+def test_export_import_round_trip(exported, tmp_path, capsys):
+    store, out = exported
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == SCHEMA and doc["run"]["name"] == "work" and doc["samples"] and doc["events"]
+    other = tmp_path / "other.db"
+    assert main(["import", "--store", str(other), str(out)]) == 0
+    original, imported = Store.open(store), Store.open(other)
+    run_id = doc["run"]["run_id"]
+    assert imported.run(run_id).to_dict() == original.run(run_id).to_dict()
+    assert imported.samples(run_id) == original.samples(run_id)
+    assert [e.to_dict() for e in imported.events(run_id)] == [e.to_dict() for e in original.events(run_id)]
+    capsys.readouterr()
+    assert main(["import", "--store", str(other), str(out)]) == 2  # already there: refused, nothing changed
+    assert "already in store" in capsys.readouterr().err
+    assert len(imported.samples(run_id)) == len(original.samples(run_id))
+    assert main(["show", "--store", str(other), run_id]) == 0 and "work" in capsys.readouterr().out
+
+
+def test_compare_a_bundle_with_a_stored_run(exported, capsys):
+    store, out = exported
+    assert main(["compare", "--store", str(store), str(out), "work", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["environment"] == [] and [r["name"] for r in doc["results"]] == ["work"]
+    assert doc["results"][0]["slowdown"] == 1.0
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "not a bundle, or it is truncated"),
+    ('{"schema": "tensorgauge.bundle/1", "run": {"run_id"', "truncated"),
+    ('{"schema": "tensorgauge.bundle/9"}', "schema 'tensorgauge.bundle/9' is not supported"),
+    ('{"schema": "something/1"}', "not a tensorgauge bundle"),
+    ('[1, 2]', "not a tensorgauge bundle"),
+    ('{"schema": "tensorgauge.bundle/1", "run": {"run_id": "../../etc", "command": [], "started_at": "x"},'
+     ' "samples": [], "events": []}', "not a run id"),
+    ('{"schema": "tensorgauge.bundle/1", "run": {"run_id": "r", "command": [], "started_at": "x"},'
+     ' "samples": [{"t": NaN}], "events": []}', "not a number JSON allows"),
+    ("[" * 100_000, "nested too deeply"),
+])
+def test_bad_bundles_get_one_clear_line(tmp_path, capsys, text, message):
+    path = tmp_path / "b.json"
+    path.write_text(text)
+    store = tmp_path / "runs.db"
+    assert main(["import", "--store", str(store), str(path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not store.exists() or Store.open(store).runs() == []
+
+
+def test_a_binary_file_is_not_a_bundle(tmp_path):
+    path = tmp_path / "b.json"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe")
+    with pytest.raises(BundleError, match="not UTF-8"):
+        read(path)
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                max_size=4), max_leaves=20)
+
+
+def _fails_cleanly(text: str, tmp_path) -> None:
+    try:
+        bundle = loads(text)
+    except TensorgaugeError:
+        return
+    from tensorgauge.analyse.compare import Side, compare
+    from tensorgauge.bundle import analyse, import_bundle
+
+    report = analyse(bundle)
+    compare(Side("a", report), Side("b", report)).to_dict()
+    store = Store.open(tmp_path / "prop.db")
+    try:
+        import_bundle(store, bundle)
+    except TensorgaugeError:
+        pass
+    finally:
+        store.close()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(doc=JSON)
+def test_random_json_never_raises_anything_but_a_clear_error(doc, tmp_path):
+    _fails_cleanly(json.dumps(doc), tmp_path)
+    _fails_cleanly(json.dumps({"schema": SCHEMA, "run": doc, "samples": doc, "events": doc}), tmp_path)
+
+
+def _paths(doc, prefix=()):
+    yield prefix
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc[:3]):
+            yield from _paths(v, (*prefix, i))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_mutated_bundles_never_raise_anything_but_a_clear_error(exported, tmp_path, data):
+    _, out = exported
+    doc = json.loads(out.read_text())
+    doc["samples"], doc["events"] = doc["samples"][:5], doc["events"][:12]
+    paths = [p for p in _paths(doc) if p]
+    for _ in range(data.draw(st.integers(1, 3))):
+        path = data.draw(st.sampled_from(paths))
+        parent = doc
+        try:
+            for key in path[:-1]:
+                parent = parent[key]
+            if data.draw(st.booleans()):
+                parent[path[-1]] = data.draw(JSON)
+            elif isinstance(parent, dict):
+                parent.pop(path[-1], None)
+        except (KeyError, IndexError, TypeError):
+            continue
+    text = json.dumps(doc)
+    cut = data.draw(st.integers(0, len(text)))
+    _fails_cleanly(text if data.draw(st.booleans()) else text[:cut], tmp_path)

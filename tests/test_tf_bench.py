@@ -1,0 +1,35 @@
+"""bench --quick twice, the second restricted to one CPU with TF_ENABLE_ONEDNN_OPTS=0:
+compare names both causes first and quantifies each affected benchmark."""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import needs_tf
+
+pytestmark = [needs_tf, pytest.mark.tf]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to take one away")
+def test_bench_twice_then_compare_names_cpus_and_onednn(store_path, tg_cmd, tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    first = subprocess.run([*tg_cmd, "bench", "--quick", "-o", str(a)], env=env, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "tensorgauge bench: numpy matmul 1000" in first.stderr  # progress is shown
+    restricted = {**env, "TF_ENABLE_ONEDNN_OPTS": "0"}
+    second = subprocess.run(["taskset", "-c", "0", *tg_cmd, "bench", "--quick", "-o", str(b)], env=restricted,
+                            capture_output=True, text=True)
+    assert second.returncode == 0, second.stderr[-2000:]
+    out = subprocess.run([*tg_cmd, "compare", str(a), str(b), "--json"], capture_output=True, text=True, check=True)
+    doc = json.loads(out.stdout)
+    assert [e["cause"] for e in doc["explanations"][:2]] == ["cpus", "onednn"]
+    cpus = doc["explanations"][0]
+    assert cpus["a"] == 2.0 and cpus["b"] == 1.0
+    slowdowns = {r["name"]: r["slowdown"] for r in cpus["affected"]}
+    assert slowdowns["numpy matmul 2000"] > 1.3  # BLAS on one core instead of two
+    assert all(f"{name} " in cpus["text"] for name in slowdowns)  # every affected benchmark, with its figure
+    text = subprocess.run([*tg_cmd, "compare", str(a), str(b)], capture_output=True, text=True, check=True).stdout
+    assert "Why, most likely first" in text and " 1. CPUs allowed: 2.0 -> 1.0" in text
