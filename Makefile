@@ -11,7 +11,7 @@ $(BIN)/python:
 
 # One stamp per set of extras, redone when pyproject.toml changes.
 $(VENV)/.installed-demo: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[tensorflow,gpu]"
+	$(BIN)/python -m pip install --quiet -e ".[tensorflow,gpu,report]"
 	touch $@
 
 # "2.21.*" for the TensorFlow installed (tensorflow-cpu on x86-64, tensorflow elsewhere)
@@ -21,8 +21,10 @@ TF_MINOR = import importlib.metadata as m; \
 
 # tf-keras (legacy tf.keras, for its tests) requires the package `tensorflow`, which
 # would install a second TensorFlow over tensorflow-cpu: take it without dependencies.
+# The report test opens the page in headless Chromium (Debian's package).
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[tensorflow,gpu,dev]"
+	command -v chromium >/dev/null || { apt-get update -q && apt-get install -y -q chromium; }
+	$(BIN)/python -m pip install --quiet -e ".[tensorflow,gpu,report,tensorboard,dev]"
 	$(BIN)/python -m pip install --quiet --no-deps "tf-keras==$$($(BIN)/python -c '$(TF_MINOR)')"
 	touch $@
 

@@ -314,6 +314,28 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    import gc
+
+    from tensorgauge.render.html import comparison_page, run_page
+
+    gc.disable()  # a one-hour run loads ~1M small objects that all live to the end: no cycles to find
+
+    if len(args.runs) > 2:
+        raise TensorgaugeError("report takes one run, or two to compare")
+    sides = [_side(args, ref) for ref in args.runs]
+    if len(sides) == 1:
+        page = run_page(sides[0].report)
+    else:
+        from tensorgauge.analyse.compare import compare
+
+        page = comparison_page(sides[0], sides[1], compare(*sides))
+    _write_text(page, args.output)
+    if args.output != "-":
+        print(f"report: {args.output}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--store", metavar="PATH",
@@ -391,6 +413,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="FILE",
                    help="bundle file (default tensorgauge-bench-RUN_ID.json in the current folder)")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("report", parents=[common], help="write a self-contained HTML report of a run (or two)",
+                       description="One HTML file that works offline: cores busy over time with phases and "
+                                   "steps, a per-CPU heatmap, memory, GPU, the step-time histogram, the phase "
+                                   "table, findings and the environment; with two runs (ids, names or bundle "
+                                   "files), their comparison first.")
+    p.add_argument("runs", nargs="+", metavar="RUN", help="one run, or two to compare")
+    p.add_argument("-o", "--output", required=True, metavar="FILE.html")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("export", parents=[common], help="write a run to a portable bundle file")
     p.add_argument("run", help="run id, unique prefix, name, or 'last'")

@@ -14,13 +14,18 @@ RUN_SCHEMA = "tensorgauge.run/1"
 PHASE_KINDS = ("import", "fit", "epoch", "evaluate", "predict", "save", "load", "custom")
 
 
+_FIELD_NAMES: dict[type, frozenset[str]] = {}
+
+
 def _from_dict(cls, data: dict[str, Any]):
     """Build ``cls`` from ``data``, ignoring keys this version does not know."""
-    names = {f.name for f in fields(cls)}
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = frozenset(f.name for f in fields(cls))
     return cls(**{k: v for k, v in data.items() if k in names})
 
 
-@dataclass
+@dataclass(slots=True)
 class GpuReading:
     """One GPU at one instant, as NVML reports it (None: not reported)."""
 
@@ -39,7 +44,7 @@ class GpuReading:
         return _from_dict(cls, data)
 
 
-@dataclass
+@dataclass(slots=True)
 class Sample:
     """The job's process tree and the machine at one instant."""
 
@@ -71,7 +76,7 @@ class Sample:
         return sample
 
 
-@dataclass
+@dataclass(slots=True)
 class Event:
     """A message from the hook inside the job (phase begin/end, steps, facts)."""
 

@@ -73,7 +73,7 @@ def build_phases(events: list[Event], samples: list[Sample], end: float | None =
         elif event.kind == "steps":
             index = index_of.get((event.pid, data.get("phase")))
             if index is not None:
-                step_seconds.setdefault(index, []).extend(float(x) for x in data.get("seconds") or [])
+                step_seconds.setdefault(index, []).extend(data.get("seconds") or [])
 
     for index, phase in enumerate(phases):
         if begin_cpu[index] is not None:

@@ -10,6 +10,13 @@ from tensorgauge.analyse.compare import SIGNIFICANT, format_slowdown, format_val
 from tensorgauge.units import format_bytes, format_seconds
 
 
+def flatten(prefix: str, value) -> list[tuple[str, str]]:
+    """Nested facts as (dotted key, text) rows."""
+    out: list[tuple[str, str]] = []
+    _flat(prefix, value, out)
+    return out
+
+
 def _flat(prefix: str, value, out: list[tuple[str, str]]) -> None:
     if isinstance(value, dict) and value:
         for key, inner in value.items():
@@ -27,10 +34,7 @@ def render_env(console: Console, env: dict) -> None:
     table = Table(box=None, header_style="bold", show_header=False)
     table.add_column(style="bold")
     table.add_column()
-    rows: list[tuple[str, str]] = []
-    for part in ("host", "job"):
-        _flat(part, env.get(part) or {}, rows)
-    for key, value in rows:
+    for key, value in flatten("host", env.get("host") or {}) + flatten("job", env.get("job") or {}):
         table.add_row(escape(key), escape(value))
     console.print(table)
 

@@ -1,0 +1,180 @@
+"""``tensorgauge report``: one self-contained HTML page for a run or two runs.
+
+Charts are Vega-Lite specs (:mod:`tensorgauge.render.charts`) drawn by
+Vega-Embed, whose JavaScript (Vega, Vega-Lite, Vega-Embed, from the
+``vl-convert-python`` package, the ``[report]`` extra) is inlined once, so the
+page works offline and fetches nothing. Every string that comes from the job
+(command, names, paths, findings) is escaped: as HTML text in the page, and
+inside the JSON specs, where ``<`` is written ``\\u003c`` so no string can
+close the script element.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import shlex
+from pathlib import Path
+
+from tensorgauge import __version__
+from tensorgauge.errors import TensorgaugeError
+from tensorgauge.render import charts
+from tensorgauge.units import format_bytes, format_seconds
+
+STYLE = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1000px;color:#222}
+h1{font-size:1.4em;margin-bottom:0}h2{font-size:1.15em;margin-top:2em;border-bottom:1px solid #ddd}
+.meta{color:#555;margin:.3em 0}.chart{margin:1em 0}code{background:#f4f4f4;padding:1px 4px}
+table{border-collapse:collapse;font-size:.9em}td,th{padding:2px 10px;text-align:right;border-bottom:1px solid #eee}
+td:first-child,th:first-child{text-align:left}.finding{margin:.8em 0;padding:.5em .8em;border-left:4px solid #999}
+.high{border-color:#d62728}.moderate{border-color:#ff7f0e}.low,.info{border-color:#1f77b4}
+details{margin:.5em 0}
+"""
+EMBED = """
+const specs = JSON.parse(document.getElementById("tg-specs").textContent);
+for (const [id, spec] of Object.entries(specs)) {
+  vegaEmbed("#" + id, spec, {actions: false, renderer: "svg"})
+    .then(() => { document.getElementById(id).dataset.rendered = "yes"; })
+    .catch((error) => { console.error("chart " + id + ": " + error); });
+}
+"""
+
+
+def javascript() -> str:
+    """Vega, Vega-Lite and Vega-Embed in one script. vl-convert bundles them in ~3 s,
+    so the bundle is cached per vl-convert version in the user's cache folder."""
+    try:
+        import vl_convert
+    except ImportError:
+        raise TensorgaugeError("the HTML report needs the [report] extra: pip install 'tensorgauge[report]'") from None
+    version = getattr(vl_convert, "__version__", "unknown")
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tensorgauge" / f"vega-{version}.js"
+    try:
+        return cache.read_text()
+    except OSError:
+        pass
+    js = vl_convert.javascript_bundle()
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        partial = cache.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(js)
+        partial.replace(cache)  # atomic: a concurrent report never reads half a bundle
+    except OSError:
+        pass  # no cache folder: build it each time
+    return js
+
+
+def _e(value) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def _json_for_script(value) -> str:
+    return json.dumps(value, separators=(",", ":")).replace("<", "\\u003c").replace(">", "\\u003e") \
+        .replace("&", "\\u0026")
+
+
+def _phase_table(report) -> str:
+    depths: list[int] = []
+    rows = []
+    for p in report.phases[:300]:
+        depth = depths[p.parent] + 1 if p.parent is not None and p.parent < len(depths) else 0
+        depths.append(depth)
+        rows.append(f"<tr><td style='padding-left:{10 + 16 * depth}px'>{_e(p.name)}</td><td>{p.start:.2f}</td>"
+                    f"<td>{_e(format_seconds(p.wall_seconds))}</td><td>{p.cpu_seconds:.2f}</td>"
+                    f"<td>{p.cores_busy_mean:.2f}</td><td>{_e(format_bytes(p.rss_peak_bytes))}</td>"
+                    f"<td>{p.steps or ''}</td><td>{_e(format_seconds(p.step_seconds_p50)) if p.step_seconds_p50 else ''}"
+                    "</td></tr>")
+    more = f"<p class='meta'>... and {len(report.phases) - 300} more phases</p>" if len(report.phases) > 300 else ""
+    return ("<table><tr><th>phase</th><th>start s</th><th>wall</th><th>CPU-s</th><th>cores</th><th>RSS peak</th>"
+            "<th>steps</th><th>step p50</th></tr>" + "".join(rows) + "</table>" + more)
+
+
+def _findings(report) -> str:
+    if not report.findings:
+        return "<p>No findings: nothing wasted that tensorgauge can see.</p>"
+    parts = []
+    for f in report.findings:
+        evidence = ", ".join(f"{_e(k)} = {_e(v)}" for k, v in f.evidence.items())
+        gain = f"<div><b>Expected gain:</b> {_e(f.expected_gain)}</div>" if f.expected_gain else ""
+        parts.append(f"<div class='finding {_e(f.severity)}'><b>{_e(f.severity)}</b> {_e(f.title)} "
+                     f"<code>{_e(f.id)}</code><div><b>Fix:</b> {_e(f.fix)}</div>{gain}"
+                     f"<details><summary>evidence</summary>{evidence}</details></div>")
+    return "".join(parts)
+
+
+def _environment(report) -> str:
+    from tensorgauge.render.compare import flatten
+
+    rows = []
+    for part in ("host", "job"):
+        for key, value in flatten(part, report.record.env.get(part) or {}):
+            rows.append(f"<tr><td>{_e(key)}</td><td style='text-align:left'>{_e(value)}</td></tr>")
+    return "<details><summary>environment fingerprint</summary><table>" + "".join(rows) + "</table></details>"
+
+
+def _header(report) -> str:
+    r, s = report.record, report.summary
+    return (f"<h1>{_e(r.name or r.run_id)}</h1>"
+            f"<p class='meta'>run <code>{_e(r.run_id)}</code> · started {_e(r.started_at)} · "
+            f"wall {_e(format_seconds(r.wall_seconds))} · exit {_e(r.exit_code if r.signal is None else 'signal ' + str(r.signal))}"
+            f"</p><p class='meta'>command <code>{_e(shlex.join(r.command))}</code></p>"
+            f"<p class='meta'>{s.cpu_seconds:.2f} CPU-s · cores busy mean {s.cores_busy_mean:.2f}, peak "
+            f"{s.cores_busy_peak:.2f} · RSS peak {_e(format_bytes(s.rss_peak_bytes))} · {s.samples} samples</p>")
+
+
+def _charts_html(prefix: str, specs: dict[str, dict]) -> tuple[str, dict[str, dict]]:
+    divs, by_id = [], {}
+    for name, spec in specs.items():
+        chart_id = f"{prefix}{name}"
+        by_id[chart_id] = spec
+        divs.append(f"<div class='chart' id='{chart_id}'></div>")
+    return "".join(divs), by_id
+
+
+def _page(title: str, body: str, specs: dict[str, dict], js: str) -> str:
+    return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            f"<title>{_e(title)}</title><style>{STYLE}</style></head><body>{body}"
+            f"<p class='meta'>tensorgauge {__version__}</p>"
+            f"<script type='application/json' id='tg-specs'>{_json_for_script(specs)}</script>"
+            f"<script>{js}</script><script>{EMBED}</script></body></html>")
+
+
+def run_page(report, js: str | None = None) -> str:
+    """The report of one run."""
+    chart_divs, specs = _charts_html("c-", charts.run_charts(report))
+    body = (_header(report) + "<h2>Timeline</h2>" + chart_divs + "<h2>Phases</h2>" + _phase_table(report)
+            + "<h2>Findings</h2>" + _findings(report) + "<h2>Environment</h2>" + _environment(report))
+    return _page(f"tensorgauge: {report.record.name or report.record.run_id}", body, specs,
+                 javascript() if js is None else js)
+
+
+def _comparison_table(comparison) -> str:
+    from tensorgauge.analyse.compare import format_slowdown, format_value
+
+    doc = comparison.to_dict()
+    env = "".join(f"<tr><td>{_e(d['label'])}</td><td>{_e(format_value(d['a']))}</td><td>{_e(format_value(d['b']))}"
+                  "</td></tr>" for d in doc["environment"]) or "<tr><td>no differences</td><td></td><td></td></tr>"
+    results = "".join(f"<tr><td>{_e(r['name'])}</td><td>{_e(r['a'])} {_e(r['unit'])}</td><td>{_e(r['b'])} "
+                      f"{_e(r['unit'])}</td><td>{_e(format_slowdown(r['slowdown']))}</td></tr>" for r in doc["results"])
+    why = "".join(f"<li>{_e(e['text'])}</li>" for e in doc["explanations"] if e["affected"])
+    return (f"<table><tr><th>environment</th><th>A</th><th>B</th></tr>{env}</table>"
+            f"<h3>Results, B against A</h3><table><tr><th></th><th>A</th><th>B</th><th>B is</th></tr>{results}</table>"
+            + (f"<h3>Why, most likely first</h3><ol>{why}</ol>" if why else ""))
+
+
+def comparison_page(a, b, comparison, js: str | None = None) -> str:
+    """Two runs: the comparison, overlaid timelines, then each run's own section."""
+    rows = {label: charts.series(side.report.samples, side.report.record.wall_seconds or 1.0)
+            for label, side in (("A", a), ("B", b))}
+    specs = {"cmp-cores": charts.overlay_chart(rows, "cores_mean", "Cores busy, A and B", "cores busy"),
+             "cmp-memory": charts.overlay_chart(rows, "rss_gib", "RSS, A and B", "GiB")}
+    body = (f"<h1>A: {_e(a.label)} · B: {_e(b.label)}</h1><h2>Comparison</h2>{_comparison_table(comparison)}"
+            "<div class='chart' id='cmp-cores'></div><div class='chart' id='cmp-memory'></div>")
+    for prefix, side in (("a-", a), ("b-", b)):
+        divs, side_specs = _charts_html(prefix, charts.run_charts(side.report))
+        specs.update(side_specs)
+        body += (f"<h2>{prefix[0].upper()}: {_e(side.label)}</h2>" + _header(side.report) + divs
+                 + "<h3>Phases</h3>" + _phase_table(side.report) + "<h3>Findings</h3>" + _findings(side.report)
+                 + _environment(side.report))
+    return _page(f"tensorgauge: {a.label} vs {b.label}", body, specs, javascript() if js is None else js)

@@ -1,0 +1,108 @@
+"""The HTML report: self-contained, escaped, and rendering in headless Chromium with no
+console message; a screenshot is kept in build/test-artifacts/."""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tensorgauge.cli import main
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "build" / "test-artifacts"
+HOSTILE = "<script>alert('tg')</script>"
+JOB = ("import sys, time, tensorgauge\n"
+       "with tensorgauge.phase('train'):\n"
+       "    for _ in range(40):\n"
+       "        t = time.time()\n"
+       "        while time.time() - t < 0.01: pass\n"
+       "        tensorgauge.step()\n"
+       "with tensorgauge.phase('save ' + sys.argv[1]):\n"
+       "    time.sleep(0.2)\n")
+
+chromium = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+needs_browser = pytest.mark.skipif(chromium is None, reason="Chromium is not installed (make test installs it)")
+needs_report = pytest.mark.skipif(__import__("importlib").util.find_spec("vl_convert") is None,
+                                  reason="the [report] extra (vl-convert-python) is not installed")
+
+
+def open_in_chromium(page: Path, screenshot: Path | None = None) -> tuple[str, list[str]]:
+    """The page's DOM after its scripts ran, and every console message it logged."""
+    flags = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
+             "--virtual-time-budget=10000", "--host-resolver-rules=MAP * ~NOTFOUND"]  # offline
+    done = subprocess.run([*flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    console = [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
+    if screenshot is not None:
+        subprocess.run([*flags, f"--screenshot={screenshot}", "--window-size=1100,2600", page.as_uri()],
+                       capture_output=True, timeout=120)
+    return done.stdout, console
+
+
+def rendered_charts(dom: str) -> set[str]:
+    """Ids of the chart elements whose Vega view finished rendering."""
+    return set(re.findall(r'<div[^>]*\bid="([\w-]+)"[^>]*\bdata-rendered="yes"', dom))
+
+
+def specs_in(page: Path) -> dict:
+    text = page.read_text()
+    found = re.search(r"<script type='application/json' id='tg-specs'>(.*?)</script>", text, re.S)
+    return json.loads(found.group(1))
+
+
+@pytest.fixture
+def two_runs(store_path):
+    for name in ("first", "second"):
+        assert main(["run", "-q", "--name", name, "--", sys.executable, "-c", JOB, HOSTILE]) == 0
+    return store_path
+
+
+@needs_report
+@needs_browser
+def test_report_renders_every_chart_without_console_messages(two_runs, tmp_path, capsys):
+    page = tmp_path / "run.html"
+    assert main(["report", "first", "-o", str(page)]) == 0
+    assert f"report: {page}" in capsys.readouterr().out
+    specs = specs_in(page)
+    assert {"c-cores", "c-steps", "c-memory", "c-histogram"} <= set(specs)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    dom, console = open_in_chromium(page, ARTIFACTS / "report.png")
+    assert console == []
+    assert rendered_charts(dom) == set(specs)
+    assert dom.count("<svg") >= len(specs)  # each chart drew its marks
+    assert (ARTIFACTS / "report.png").stat().st_size > 10_000
+    html = page.read_text()
+    assert "<script src" not in html and "<link" not in html  # nothing to fetch (Chromium ran offline too)
+
+
+@needs_report
+@needs_browser
+def test_two_run_report_compares_then_shows_each(two_runs, tmp_path):
+    page = tmp_path / "two.html"
+    assert main(["report", "first", "second", "-o", str(page)]) == 0
+    specs = specs_in(page)
+    assert {"cmp-cores", "cmp-memory", "a-cores", "b-cores"} <= set(specs)
+    dom, console = open_in_chromium(page, ARTIFACTS / "report-two-runs.png")
+    assert console == [] and rendered_charts(dom) == set(specs)
+    assert "Results, B against A" in dom and "train" in dom
+
+
+@needs_report
+def test_job_strings_show_up_as_text(two_runs, tmp_path):
+    page = tmp_path / "run.html"
+    assert main(["report", "first", "-o", str(page)]) == 0
+    html = page.read_text()
+    assert HOSTILE not in html  # nowhere raw: not in the page, not in the chart data
+    assert "&lt;script&gt;alert(&#x27;tg&#x27;)&lt;/script&gt;" in html  # the command line and the phase name
+    assert "\\u003cscript\\u003e" in html  # the save phase's name inside the chart specs
+    if chromium:
+        dom, console = open_in_chromium(page)
+        assert console == []  # no alert ran, nothing logged
+        assert "&lt;script&gt;alert('tg')&lt;/script&gt;" in dom  # shown as text
+
+
+def test_report_of_an_unknown_run_is_one_line(store_path, capsys):
+    assert main(["report", "nope", "-o", "x.html"]) == 2
+    assert "Traceback" not in capsys.readouterr().err
