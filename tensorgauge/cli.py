@@ -66,6 +66,11 @@ def _record(args, command: list[str], name: str | None) -> tuple[int, str]:
 
     resolve_command(command)  # before the store: a typo should not create anything
     budget = _budget(args)
+    observers: list = []
+    if getattr(args, "tensorboard", None):
+        from tensorgauge.render.tensorboard import TensorBoardWriter
+
+        observers.append(TensorBoardWriter(args.tensorboard))
     store = _open_store(args)
     checkpoint_dir = None
     if budget is not None and budget.max_memory_bytes is not None:
@@ -73,14 +78,24 @@ def _record(args, command: list[str], name: str | None) -> tuple[int, str]:
     err = _console(stderr=True)
     quiet = getattr(args, "quiet", False)
 
+
     def started(record):
         if not quiet:
             err.print(f"[dim]tensorgauge: recording run {record.run_id} every {args.interval:g} s "
                       f"into {store.path}[/dim]")
+        if getattr(args, "live", False) and err.is_terminal:
+            from tensorgauge.render.live import LiveView
 
-    result = run(command, store, interval_seconds=args.interval, name=name,
-                 hook=not getattr(args, "no_hook", False), on_start=started, budget=budget,
-                 checkpoint_dir=checkpoint_dir, diagnose=getattr(args, "diagnose", False))
+            cores = float((record.env.get("host") or {}).get("cores_allowed") or 1)
+            observers.append(LiveView(err, record.run_id, cores))
+
+    try:
+        result = run(command, store, interval_seconds=args.interval, name=name,
+                     hook=not getattr(args, "no_hook", False), on_start=started, budget=budget,
+                     checkpoint_dir=checkpoint_dir, diagnose=getattr(args, "diagnose", False), observers=observers)
+    finally:
+        for observer in observers:
+            observer.close()
     if result.warning:
         err.print(f"tensorgauge: warning: {result.warning}")
         return result.exit_code, result.record.run_id
@@ -203,8 +218,22 @@ def cmd_demo(args) -> int:
     name = "demo" if args.scenario == "default" else f"scenario {args.scenario}"
     exit_code, run_id = _record(args, [sys.executable, "-m", module], name=name)
     store = _open_store(args, create=False)
+    report = RunReport.load(store, run_id)
     _console().print()
-    render_run(_console(), RunReport.load(store, run_id))
+    render_run(_console(), report)
+    if importlib.util.find_spec("vl_convert") is None:
+        _console().print("For an HTML report of this run: pip install 'tensorgauge[report]', then "
+                         f"tensorgauge report {run_id} -o report.html")
+        return exit_code
+    from tensorgauge.render.html import run_page
+
+    page = store.path.parent / "reports" / f"{run_id}.html"
+    try:
+        page.parent.mkdir(parents=True, exist_ok=True)
+        page.write_text(run_page(report))
+    except OSError as exc:
+        raise TensorgaugeError(f"cannot write the report {page}: {exc.strerror}") from None
+    _console().print(f"\nReport: {page}")
     return exit_code
 
 
@@ -367,6 +396,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", metavar="DIR",
                    help="where a budget stop leaves a resumable checkpoint (default: one folder per "
                         "command beside the store; run the same command again to resume)")
+    p.add_argument("--live", action="store_true",
+                   help="show cores, memory, GPU, the current phase and the step rate live (on a terminal)")
+    p.add_argument("--tensorboard", metavar="LOGDIR",
+                   help="write system metrics as TensorBoard scalars into LOGDIR/tensorgauge, on the training "
+                        "step and epoch axes")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing of tensorgauge's own")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
     p.set_defaults(func=cmd_run)

@@ -32,8 +32,10 @@ class Recorder:
         self._next_commit = 0.0
         self.seen: list[Event] = []  # events the monitor acts on (budget stops), kept in memory
 
-    def add(self, samples: list[Sample], raw_events: list[dict], force: bool = False) -> None:
-        """Queue samples and the hook's raw events; commit when due (or ``force``)."""
+    def add(self, samples: list[Sample], raw_events: list[dict], force: bool = False) -> list[Event]:
+        """Queue samples and the hook's raw events; commit when due (or ``force``).
+        Returns the events, converted (for live observers)."""
+        added: list[Event] = []
         for raw in raw_events:
             try:
                 event = to_event(raw, self.t0)
@@ -43,6 +45,7 @@ class Recorder:
                 self.record.env.setdefault("job", {}).update(event.data["facts"])
                 self.store.save_run(self.record)
             self._events.append(event)
+            added.append(event)
             if event.kind.startswith("budget"):
                 self.seen.append(event)
         self._samples.extend(samples)
@@ -51,3 +54,4 @@ class Recorder:
             self._next_commit = now + self.commit_seconds
             self.store.add(self.record.run_id, self._samples, self._events)
             self._samples, self._events = [], []
+        return added

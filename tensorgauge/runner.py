@@ -19,14 +19,14 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
 from tensorgauge.budget.enforce import BudgetWatch, kill_tree
 from tensorgauge.budget.limits import Budget
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.hook import channel as hook_channel
 from tensorgauge.hook.diagnose import DIAGNOSE_ENV
-from tensorgauge.model import RunRecord
+from tensorgauge.model import Event, RunRecord, Sample
 from tensorgauge.recorder import Recorder
 from tensorgauge.sampler import Sampler
 from tensorgauge.sources import cgroup
@@ -44,6 +44,12 @@ NO_CGROUP_ENV = "TENSORGAUGE_NO_CGROUP"  # sample through /proc even where a cgr
 
 _WAKE_SIGNALS = (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _SI_KERNEL = 0x80  # si_code of a signal the terminal generated (Ctrl-C, Ctrl-\)
+
+
+class Observer(Protocol):
+    """Sees the run live: each new sample (None on the last, forced tick) and the events that came with it."""
+
+    def observe(self, sample: Sample | None, events: list[Event]) -> None: ...
 
 
 @dataclass
@@ -89,11 +95,12 @@ def job_environment(events_path: str | None, run_id: str, hook: bool, base: dict
 def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name: str | None = None,
         hook: bool = True, on_start: Callable[[RunRecord], None] | None = None,
         budget: Budget | None = None, checkpoint_dir: str | None = None, diagnose: bool = False,
-        extra_env: dict[str, str] | None = None) -> RunResult:
+        extra_env: dict[str, str] | None = None, observers: list[Observer] = ()) -> RunResult:
     """Run ``command`` to its end under the monitor and record it in ``store``.
 
     With a ``budget``, the job is kept inside it (see :mod:`tensorgauge.budget.enforce`);
-    ``checkpoint_dir`` is where a graceful stop leaves a resumable checkpoint."""
+    ``checkpoint_dir`` is where a graceful stop leaves a resumable checkpoint; ``observers``
+    see every sample and event as it is recorded (live view, TensorBoard, Prometheus)."""
     command = resolve_command(command)
     run_id = new_run_id()
     events_fd, events_path = tempfile.mkstemp(prefix=f"tensorgauge-{run_id}-", suffix=".jsonl")
@@ -142,7 +149,12 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
             if watch and sample:
                 watch.check(sample, lambda: kill_tree(group.pids() if group else
                                                       [child.pid, *descendants(child.pid)]))
-            recorder.add([sample] if sample else [], reader.read_new(), force=force)
+            events = recorder.add([sample] if sample else [], reader.read_new(), force=force)
+            for observer in observers:
+                try:
+                    observer.observe(sample, events)
+                except Exception:  # a display or exporter failing must not stop the recording
+                    pass
 
         status, rusage, warning = _monitor(child.pid, tick, clock, t0, interval_seconds)
         end = clock.now()

@@ -16,6 +16,8 @@ def test_demo_records_train_save_load_predict(store_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "Phases" in out and "import tensorflow" in out and "epoch 1" in out
     report = RunReport.load(Store.open(store_path), "demo")
+    page = store_path.parent / "reports" / f"{report.record.run_id}.html"
+    assert f"Report: {page}" in out.replace("\n", "") and "c-cores" in page.read_text()
     kinds = [p.kind for p in report.phases if p.parent is None]
     assert kinds == ["import", "fit", "save", "load", "predict"]
     assert report.record.env["job"]["tensorflow_version"]

@@ -1,0 +1,64 @@
+"""``tensorgauge run --live``: a terminal view that redraws as the run is recorded
+(rich): cores busy (overall and per CPU), memory, GPUs, the current phase and
+the step rate. Only on a terminal; elsewhere the run is recorded quietly."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.markup import escape
+from rich.table import Table
+
+from tensorgauge.analyse.live import LiveState
+from tensorgauge.units import format_bytes, format_seconds
+
+BAR_WIDTH = 30
+
+
+def _bar(fraction: float, width: int = BAR_WIDTH) -> str:
+    fraction = min(max(fraction, 0.0), 1.0)
+    full = int(round(fraction * width))
+    return "[green]" + "█" * full + "[/green]" + "[dim]" + "·" * (width - full) + "[/dim]"
+
+
+class LiveView:
+    """An Observer for the runner (see :class:`tensorgauge.runner.Observer`)."""
+
+    def __init__(self, console: Console, run_id: str, cores_allowed: float):
+        self.state = LiveState()
+        self.run_id, self.cores_allowed = run_id, cores_allowed
+        self.live = Live(self.render(), console=console, refresh_per_second=4, transient=False)
+        self.live.start()
+
+    def observe(self, sample, events) -> None:
+        self.state.update(sample, events)
+        self.live.update(self.render())
+
+    def close(self) -> None:
+        self.live.stop()
+
+    def render(self):
+        s = self.state.sample
+        table = Table.grid(padding=(0, 1))
+        table.add_column(style="bold", no_wrap=True)
+        table.add_column()
+        table.add_row("run", f"{self.run_id}  {format_seconds(self.state.now)}")
+        if s is None:
+            return Group(table)
+        busy = s.cores_busy or 0.0
+        table.add_row("cores", f"{_bar(busy / max(self.cores_allowed, 1e-9))} {busy:.2f} of {self.cores_allowed:g}")
+        if s.cpu_percent:
+            table.add_row("CPUs", " ".join(f"{p:3.0f}%" for p in s.cpu_percent[:32]))
+        memory = f"RSS {format_bytes(s.rss_bytes)}"
+        if s.mem_available_bytes is not None and s.mem_used_bytes is not None:
+            total = s.mem_used_bytes + s.mem_available_bytes
+            memory = f"{_bar(s.mem_used_bytes / total)} machine {format_bytes(s.mem_used_bytes)} used; " + memory
+        table.add_row("memory", memory)
+        for g in s.gpus:
+            table.add_row(f"GPU {g.index}", f"{_bar((g.util_percent or 0) / 100)} {g.util_percent or 0:.0f}% · "
+                                            f"{format_bytes(g.memory_used_bytes)} of {format_bytes(g.memory_total_bytes)}")
+        table.add_row("phase", escape(self.state.phase_path) or "[dim]outside any phase[/dim]")
+        if self.state.steps_total:
+            last = format_seconds(self.state.last_step_seconds)
+            table.add_row("steps", f"{self.state.steps_total} · {self.state.step_rate:.1f}/s · last {last}")
+        return Group(table)
