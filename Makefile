@@ -24,20 +24,25 @@ TF_MINOR = import importlib.metadata as m; \
 # The report test opens the page in headless Chromium (Debian's package).
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	command -v chromium >/dev/null || { apt-get update -q && apt-get install -y -q chromium; }
-	$(BIN)/python -m pip install --quiet -e ".[tensorflow,gpu,report,tensorboard,dev]"
+	$(BIN)/python -m pip install --quiet -e ".[tensorflow,gpu,report,tensorboard,postgres,prometheus,dev]"
 	$(BIN)/python -m pip install --quiet --no-deps "tf-keras==$$($(BIN)/python -c '$(TF_MINOR)')"
 	touch $@
 
 demo: $(VENV)/.installed-demo
 	$(BIN)/tensorgauge demo
 
+# PostgreSQL tests run against a throwaway server on 127.0.0.1 (skipped, with the reason, without one).
 test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -q
+	url=$$(scripts/postgres-for-tests start || true); \
+	TENSORGAUGE_TEST_POSTGRES=$$url $(BIN)/python -m pytest -q; status=$$?; \
+	scripts/postgres-for-tests stop; exit $$status
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/sampler_overhead.py
 	$(BIN)/python benchmarks/hook_overhead.py
 	$(BIN)/python benchmarks/diagnose_overhead.py
+	$(BIN)/python benchmarks/diagnose_accuracy.py
+	$(BIN)/python benchmarks/report_build.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -119,7 +119,8 @@ def from_dict(doc: Any) -> Bundle:
             raise BundleError(f"'{name}' is not a list")
     samples = []
     for i, s in enumerate(doc["samples"]):
-        _check(s, SAMPLE_FIELDS, f"samples[{i}]", ("t", "cpu_seconds", "rss_bytes", "threads", "processes"))
+        _check(s, SAMPLE_FIELDS, f"samples[{i}]",
+               ("t", "cpu_seconds", "cores_busy", "rss_bytes", "threads", "processes"))
         for j, g in enumerate(s.get("gpus") or []):
             _check(g, GPU_FIELDS, f"samples[{i}].gpus[{j}]", ("index",))
         samples.append(Sample.from_dict(s))

@@ -71,10 +71,16 @@ def _record(args, command: list[str], name: str | None) -> tuple[int, str]:
         from tensorgauge.render.tensorboard import TensorBoardWriter
 
         observers.append(TensorBoardWriter(args.tensorboard))
+    exporter = None
+    if getattr(args, "prometheus", None):
+        from tensorgauge.render.prometheus import PrometheusExporter
+
+        exporter = PrometheusExporter(args.prometheus)
+        observers.append(exporter)
     store = _open_store(args)
     checkpoint_dir = None
     if budget is not None and budget.max_memory_bytes is not None:
-        checkpoint_dir = getattr(args, "checkpoint", None) or str(default_checkpoint_dir(store.path, command))
+        checkpoint_dir = getattr(args, "checkpoint", None) or str(default_checkpoint_dir(store.data_dir, command))
     err = _console(stderr=True)
     quiet = getattr(args, "quiet", False)
 
@@ -82,7 +88,11 @@ def _record(args, command: list[str], name: str | None) -> tuple[int, str]:
     def started(record):
         if not quiet:
             err.print(f"[dim]tensorgauge: recording run {record.run_id} every {args.interval:g} s "
-                      f"into {store.path}[/dim]")
+                      f"into {store.location}[/dim]")
+        if exporter is not None:
+            exporter.start(record)
+            if not quiet:
+                err.print(f"[dim]tensorgauge: Prometheus metrics on http://{exporter.host}:{exporter.port}/metrics[/dim]")
         if getattr(args, "live", False) and err.is_terminal:
             from tensorgauge.render.live import LiveView
 
@@ -92,7 +102,8 @@ def _record(args, command: list[str], name: str | None) -> tuple[int, str]:
     try:
         result = run(command, store, interval_seconds=args.interval, name=name,
                      hook=not getattr(args, "no_hook", False), on_start=started, budget=budget,
-                     checkpoint_dir=checkpoint_dir, diagnose=getattr(args, "diagnose", False), observers=observers)
+                     checkpoint_dir=checkpoint_dir, diagnose=getattr(args, "diagnose", False), observers=observers,
+                     job=getattr(args, "job", None))
     finally:
         for observer in observers:
             observer.close()
@@ -115,12 +126,12 @@ def _record(args, command: list[str], name: str | None) -> tuple[int, str]:
     return result.exit_code, result.record.run_id
 
 
-def default_checkpoint_dir(store_path: Path, command: list[str]) -> Path:
+def default_checkpoint_dir(data_dir: Path, command: list[str]) -> Path:
     """One folder per command line and working folder: running it again resumes."""
     import hashlib
 
     key = hashlib.sha1(json.dumps([str(Path.cwd()), command]).encode()).hexdigest()[:12]
-    return store_path.parent / "checkpoints" / key
+    return data_dir / "checkpoints" / key
 
 
 def _budget(args):
@@ -170,9 +181,10 @@ def _try_fixes(args, command: list[str]) -> int:
 
 def cmd_runs(args) -> int:
     from tensorgauge.render.terminal import render_runs
-    from tensorgauge.store import default_store_path
+    from tensorgauge.store import default_store_path, is_url
 
-    if not (Path(args.store) if args.store else default_store_path()).exists():
+    location = args.store or str(default_store_path())
+    if not is_url(location) and not Path(location).exists():
         render_runs(_console(), [], {})
         return 0
     store = _open_store(args, create=False)
@@ -227,7 +239,7 @@ def cmd_demo(args) -> int:
         return exit_code
     from tensorgauge.render.html import run_page
 
-    page = store.path.parent / "reports" / f"{run_id}.html"
+    page = store.data_dir / "reports" / f"{run_id}.html"
     try:
         page.parent.mkdir(parents=True, exist_ok=True)
         page.write_text(run_page(report))
@@ -335,6 +347,10 @@ def cmd_compare(args) -> int:
     from tensorgauge.analyse.compare import compare
     from tensorgauge.render.compare import render_compare
 
+    if args.job:
+        return _compare_job(args)
+    if not args.a or not args.b:
+        raise TensorgaugeError("compare takes two runs or bundles (A B), or --job JOB")
     comparison = compare(_side(args, args.a), _side(args, args.b))
     if args.json:
         _write_text(json.dumps(comparison.to_dict(), indent=2), args.json)
@@ -362,6 +378,28 @@ def cmd_report(args) -> int:
     _write_text(page, args.output)
     if args.output != "-":
         print(f"report: {args.output}")
+    return 0
+
+
+def _compare_job(args) -> int:
+    from tensorgauge.analyse.straggler import straggler, worker_row
+    from tensorgauge.render.compare import render_job
+    from tensorgauge.report import RunReport
+
+    store = _open_store(args, create=False)
+    records = [r for r in store.runs() if r.job_id == args.job]
+    if not records:
+        jobs = sorted({r.job_id for r in store.runs() if r.job_id})
+        raise TensorgaugeError(f"no runs of job '{args.job}' in {store.location}"
+                               + (f" (jobs: {', '.join(jobs[-5:])})" if jobs else ""))
+    rows = sorted((worker_row(RunReport.load(store, r.run_id)) for r in records), key=lambda w: w.worker)
+    finding = straggler(rows)
+    if args.json:
+        _write_text(json.dumps({"schema": "tensorgauge.job/1", "job": args.job,
+                                "workers": [w.to_dict() for w in rows],
+                                "findings": [finding.to_dict()] if finding else []}, indent=2), args.json)
+        return 0
+    render_job(_console(), args.job, rows, finding)
     return 0
 
 
@@ -396,11 +434,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", metavar="DIR",
                    help="where a budget stop leaves a resumable checkpoint (default: one folder per "
                         "command beside the store; run the same command again to resume)")
+    p.add_argument("--job", metavar="ID", help="the distributed job this worker belongs to (default: derived from "
+                                               "TF_CONFIG's cluster, the same on every worker)")
     p.add_argument("--live", action="store_true",
                    help="show cores, memory, GPU, the current phase and the step rate live (on a terminal)")
     p.add_argument("--tensorboard", metavar="LOGDIR",
                    help="write system metrics as TensorBoard scalars into LOGDIR/tensorgauge, on the training "
                         "step and epoch axes")
+    p.add_argument("--prometheus", metavar="[HOST:]PORT",
+                   help="serve live metrics for Prometheus on HOST:PORT (default host 127.0.0.1), e.g. 9464")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing of tensorgauge's own")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
     p.set_defaults(func=cmd_run)
@@ -470,8 +512,10 @@ def build_parser() -> argparse.ArgumentParser:
                        description="A and B are run ids/names or bundle files (from bench or export). Shows the "
                                    "environment differences, each benchmark's or phase's ratio, and a ranked "
                                    "explanation tying result differences to environment differences.")
-    p.add_argument("a", metavar="A")
-    p.add_argument("b", metavar="B")
+    p.add_argument("a", metavar="A", nargs="?")
+    p.add_argument("b", metavar="B", nargs="?")
+    p.add_argument("--job", metavar="JOB", help="instead of A and B: every worker of a distributed job, side by "
+                                                "side, and the straggler")
     p.add_argument("--json", nargs="?", const="-", metavar="PATH", help="the tensorgauge.compare/1 document")
     p.set_defaults(func=cmd_compare)
 

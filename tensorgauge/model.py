@@ -110,6 +110,8 @@ class RunRecord:
     budget: dict[str, Any] | None = None
     cpu_seconds_total: float | None = None  # exact, from the kernel at exit
     rss_max_bytes: int | None = None  # the kernel's peak RSS of the largest process (ru_maxrss)
+    samples_taken: int | None = None  # how many samples the monitor took: the store should hold as many
+    job_id: str | None = None  # runs of one distributed job share it (see tensorgauge.cluster)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -23,6 +23,7 @@ from typing import Callable, Protocol
 
 from tensorgauge.budget.enforce import BudgetWatch, kill_tree
 from tensorgauge.budget.limits import Budget
+from tensorgauge.cluster import worker_identity
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.hook import channel as hook_channel
 from tensorgauge.hook.diagnose import DIAGNOSE_ENV
@@ -95,12 +96,14 @@ def job_environment(events_path: str | None, run_id: str, hook: bool, base: dict
 def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name: str | None = None,
         hook: bool = True, on_start: Callable[[RunRecord], None] | None = None,
         budget: Budget | None = None, checkpoint_dir: str | None = None, diagnose: bool = False,
-        extra_env: dict[str, str] | None = None, observers: list[Observer] = ()) -> RunResult:
+        extra_env: dict[str, str] | None = None, observers: list[Observer] = (),
+        job: str | None = None) -> RunResult:
     """Run ``command`` to its end under the monitor and record it in ``store``.
 
     With a ``budget``, the job is kept inside it (see :mod:`tensorgauge.budget.enforce`);
     ``checkpoint_dir`` is where a graceful stop leaves a resumable checkpoint; ``observers``
-    see every sample and event as it is recorded (live view, TensorBoard, Prometheus)."""
+    see every sample and event as it is recorded (live view, TensorBoard, Prometheus);
+    ``job`` groups the workers of one distributed job (else taken from ``TF_CONFIG``)."""
     command = resolve_command(command)
     run_id = new_run_id()
     events_fd, events_path = tempfile.mkstemp(prefix=f"tensorgauge-{run_id}-", suffix=".jsonl")
@@ -132,11 +135,13 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     oom_before = oom_count()
     try:
         gpus = open_gpus()
+        job_id, worker = worker_identity(env, job)
         # "gpus": what the driver shows, whatever TensorFlow sees.
         record = RunRecord(run_id=run_id, command=list(command), started_at=started_at, name=name,
                            cwd=os.getcwd(), interval_seconds=interval_seconds, t0_monotonic=t0,
-                           tree_source="cgroup" if group else "procfs",
-                           env={"host": {**host_fingerprint(), "gpus": gpus.names}})
+                           tree_source="cgroup" if group else "procfs", job_id=job_id,
+                           env={"host": {**host_fingerprint(), "gpus": gpus.names},
+                                **({"worker": worker} if worker else {})})
         store.save_run(record)
         if on_start:
             on_start(record)
@@ -144,8 +149,11 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
         sampler = Sampler(tree, PsutilSystem(), gpus, clock, t0)
         reader = hook_channel.EventReader(events_path)
 
+        taken = [0]
+
         def tick(force: bool = False) -> None:
             sample = None if force else sampler.sample()
+            taken[0] += sample is not None
             if watch and sample:
                 watch.check(sample, lambda: kill_tree(group.pids() if group else
                                                       [child.pid, *descendants(child.pid)]))
@@ -178,6 +186,7 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
                 pass
 
     record.wall_seconds = end - t0
+    record.samples_taken = taken[0]
     record.cpu_seconds_total = max(rusage.ru_utime + rusage.ru_stime, group_cpu)
     record.rss_max_bytes = rusage.ru_maxrss * 1024  # Linux reports KiB
     record.complete = True

@@ -35,3 +35,17 @@ def events(tmp_path):
     old = set_channel(Channel(path))
     yield EventReader(path).read_new
     set_channel(old)
+
+
+POSTGRES_ENV = "TENSORGAUGE_TEST_POSTGRES"
+
+
+@pytest.fixture
+def postgres_url():
+    """A PostgreSQL store URL ('make test' starts a server: scripts/postgres-for-tests)."""
+    import os
+
+    url = os.environ.get(POSTGRES_ENV)
+    if not url:
+        pytest.skip(f"no PostgreSQL server: set {POSTGRES_ENV} (make test starts one)")
+    return url

@@ -22,7 +22,7 @@ class LiveState:
         self._recent: deque[float] = deque()  # step end times within the rate window
 
     def update(self, sample: Sample | None, events: list[Event]) -> None:
-        if sample is not None:
+        if sample is not None and sample.processes > 0:  # after the job ends, the tree is empty
             self.sample = sample
         for e in events:
             data = e.data

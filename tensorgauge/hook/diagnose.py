@@ -36,6 +36,7 @@ DIAGNOSE_ENV = "TENSORGAUGE_DIAGNOSE"
 WINDOW_START = 10
 WINDOW_STEPS = 10
 _GET_NEXT = "IteratorGetNextOp::DoCompute"
+_COLLECTIVES = ("CollectiveReduce", "CollectiveGather", "CollectiveAllToAll", "NcclAllReduce", "AllReduce")
 
 
 def enabled() -> bool:
@@ -224,19 +225,21 @@ class ProfilerWindow:
             began = time.monotonic()
             tf.profiler.experimental.stop()
             steps = [b - a for a, b in zip(self.step_starts, self.step_starts[1:])]
-            waits, functions, copies = self._trace_seconds(len(steps))
+            waits, functions, copies, totals = self._trace_seconds(len(steps))
             channel().emit("input_probe", step_seconds=steps, get_next_seconds=waits, function_seconds=functions,
-                           copies=len(copies), copy_seconds=sum(copies),
+                           copies=len(copies), copy_seconds=sum(copies), **totals,
                            start_seconds=self.start_seconds, stop_seconds=time.monotonic() - began)
         except Exception as exc:
             channel().emit("input_probe", error=f"{type(exc).__name__}: {exc}")
         finally:
             shutil.rmtree(self.logdir, ignore_errors=True)
 
-    def _trace_seconds(self, steps: int) -> tuple[list[float], list[float], list[float]]:
+    def _trace_seconds(self, steps: int) -> tuple[list[float], list[float], list[float], dict[str, float]]:
         """Per step, in order: IteratorGetNext's duration, and the train function's
         (Keras names it ``*_on_iterator``; the rest of a step is Keras' Python loop);
-        and the durations of the window's host<->GPU copies (``Memcpy*`` on a GPU plane)."""
+        the durations of the window's host<->GPU copies (``Memcpy*`` on a GPU plane); and
+        window totals: ``collective_seconds`` (all-reduce ops: time a worker waits for the
+        others) and ``input_work_seconds`` (tf.data's root iterator producing elements)."""
         from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
         paths = glob.glob(os.path.join(self.logdir, "**", "*.xplane.pb"), recursive=True)
@@ -246,12 +249,18 @@ class ProfilerWindow:
         waits: list[tuple[int, float]] = []
         functions: list[tuple[int, float]] = []
         copies: list[float] = []
+        totals = {"collective_seconds": 0.0, "input_work_seconds": 0.0}
         for plane in space.planes:
             names = {key: meta.name for key, meta in plane.event_metadata.items()}
             gpu = plane.name.startswith("/device:GPU:")
             for line in plane.lines:
                 for event in line.events:
                     name = names.get(event.metadata_id, "")
+                    op_type = name.rsplit(":", 1)[-1]
+                    if op_type.startswith(_COLLECTIVES):
+                        totals["collective_seconds"] += event.duration_ps / 1e12
+                    elif name == "Iterator::Root":
+                        totals["input_work_seconds"] += event.duration_ps / 1e12
                     if gpu and name.startswith("Memcpy") and ("HtoD" in name or "DtoH" in name or "H2D" in name
                                                               or "D2H" in name):
                         copies.append(event.duration_ps / 1e12)
@@ -260,4 +269,4 @@ class ProfilerWindow:
                         waits.append(at)
                     elif line.name == "python" and name.endswith("_on_iterator"):
                         functions.append(at)
-        return [s for _, s in sorted(waits)[:steps]], [s for _, s in sorted(functions)[:steps]], copies
+        return [s for _, s in sorted(waits)[:steps]], [s for _, s in sorted(functions)[:steps]], copies, totals

@@ -100,3 +100,23 @@ def render_compare(console: Console, comparison) -> None:
         names = ", ".join(f"{r['name']} ({_ratio(r['slowdown'])})" for r in doc["unexplained"][:8])
         console.print(f"Changed with no recorded environment difference (noise, load, or the job itself): {names}")
 
+
+
+def render_job(console: Console, job: str, rows, finding) -> None:
+    """``compare --job``: one line per worker, then the straggler."""
+    table = Table(box=None, header_style="bold", title=f"Job {escape(job)}", title_justify="left", title_style="bold")
+    for column in ("worker", "host", "run", "fit", "steps", "step p50", "cores", "input/step", "all-reduce/step"):
+        table.add_column(column, justify="left" if column in ("worker", "host", "run") else "right")
+    for w in rows:
+        table.add_row(escape(w.worker), escape(str(w.hostname)), w.run_id, format_seconds(w.fit_seconds),
+                      str(w.steps or "-"), format_seconds(w.step_seconds_p50),
+                      f"{w.cores_busy_mean:.2f}" if w.cores_busy_mean is not None else "-",
+                      format_seconds(w.input_work_seconds_per_step), format_seconds(w.allreduce_seconds_per_step))
+    console.print(table)
+    if finding is not None:
+        console.print(f"[bold]{finding.severity}[/bold] {escape(finding.title)}  ({finding.id})")
+        console.print(f"  fix: {escape(finding.fix)}")
+    elif any(w.allreduce_seconds_per_step is None for w in rows):
+        console.print("Run every worker with --diagnose to measure who waits for whom (all-reduce time per step).")
+    else:
+        console.print("No straggler: no worker waits noticeably for another.")

@@ -1,0 +1,100 @@
+"""``tensorgauge run --prometheus ADDR:PORT``: the run's live metrics in Prometheus'
+text format, served with the official client (the ``[prometheus]`` extra) on
+loopback unless another address is given. Labels: ``job`` and ``worker``
+(from ``TF_CONFIG``, else the run id)."""
+
+from __future__ import annotations
+
+from tensorgauge.analyse.live import LiveState
+from tensorgauge.errors import TensorgaugeError
+
+DEFAULT_HOST = "127.0.0.1"
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """'127.0.0.1:9464', ':9464' or '9464' -> (host, port); loopback unless a host is given."""
+    host, _, port = text.rpartition(":")
+    try:
+        number = int(port)
+    except ValueError:
+        raise TensorgaugeError(f"--prometheus wants HOST:PORT or PORT, got {text!r}") from None
+    if not 0 < number < 65536:
+        raise TensorgaugeError(f"--prometheus port must be 1-65535, got {number}")
+    return (host.strip("[]") or DEFAULT_HOST), number
+
+
+class PrometheusExporter:
+    """An Observer for the runner (see :class:`tensorgauge.runner.Observer`)."""
+
+    def __init__(self, address: str):
+        try:
+            from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+        except ImportError:
+            raise TensorgaugeError("--prometheus needs the [prometheus] extra: "
+                                   "pip install 'tensorgauge[prometheus]'") from None
+        self.host, self.port = parse_address(address)
+        self.registry = CollectorRegistry()
+        labels = ("job", "worker")
+
+        def gauge(name, doc, extra=()):
+            return Gauge(f"tensorgauge_{name}", doc, labels + extra, registry=self.registry)
+
+        self.cores_busy = gauge("cores_busy", "CPU cores the job's process tree keeps busy")
+        self.rss = gauge("rss_bytes", "Resident memory of the job's process tree")
+        self.threads = gauge("threads", "Threads of the job's process tree")
+        self.machine_used = gauge("machine_memory_used_bytes", "Memory used on the whole machine")
+        self.gpu_util = gauge("gpu_utilization_percent", "GPU utilisation (NVML)", ("gpu",))
+        self.gpu_memory = gauge("gpu_memory_used_bytes", "GPU memory used (NVML)", ("gpu",))
+        self.step_rate = gauge("steps_per_second", "Training steps per second over the last 5 s")
+        self.step_seconds = gauge("step_seconds", "Duration of the last training step")
+        self.phase = gauge("phase", "1 for the phase the job is in (label phase)", ("phase",))
+        self.sample_time = gauge("sample_time_seconds", "The last sample's time, seconds from the run's start")
+        self.steps = Counter("tensorgauge_steps", "Training steps so far", labels, registry=self.registry)
+        self.state = LiveState()
+        self.labels = {"job": "", "worker": ""}
+        self._phase: str | None = None
+        self._steps = 0
+        try:
+            self.server, self.thread = start_http_server(self.port, addr=self.host, registry=self.registry)
+        except OSError as exc:
+            raise TensorgaugeError(f"cannot serve Prometheus metrics on {self.host}:{self.port}: "
+                                   f"{exc.strerror}") from None
+
+    def start(self, record) -> None:
+        """Labels from the run: its job and worker (or run id)."""
+        worker = (record.env.get("worker") or {}).get("worker") or record.run_id
+        self.labels = {"job": record.job_id or record.name or record.run_id, "worker": worker}
+
+    def observe(self, sample, events) -> None:
+        self.state.update(sample, events)
+        s, labels = self.state.sample, self.labels
+        if s is None:
+            return
+        self.sample_time.labels(**labels).set(s.t)
+        self.cores_busy.labels(**labels).set(s.cores_busy or 0.0)
+        self.rss.labels(**labels).set(s.rss_bytes)
+        self.threads.labels(**labels).set(s.threads)
+        if s.mem_used_bytes is not None:
+            self.machine_used.labels(**labels).set(s.mem_used_bytes)
+        for g in s.gpus:
+            if g.util_percent is not None:
+                self.gpu_util.labels(**labels, gpu=str(g.index)).set(g.util_percent)
+            if g.memory_used_bytes is not None:
+                self.gpu_memory.labels(**labels, gpu=str(g.index)).set(g.memory_used_bytes)
+        if self.state.steps_total > self._steps:
+            self.steps.labels(**labels).inc(self.state.steps_total - self._steps)
+            self._steps = self.state.steps_total
+        self.step_rate.labels(**labels).set(self.state.step_rate)
+        if self.state.last_step_seconds is not None:
+            self.step_seconds.labels(**labels).set(self.state.last_step_seconds)
+        phase = self.state.phase
+        if phase != self._phase:
+            if self._phase is not None:
+                self.phase.remove(labels["job"], labels["worker"], self._phase)
+            if phase is not None:
+                self.phase.labels(**labels, phase=phase).set(1)
+            self._phase = phase
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
