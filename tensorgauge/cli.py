@@ -48,8 +48,8 @@ def _interval(text: str) -> float:
     return value
 
 
-def _write_json(report, destination: str) -> None:
-    text = json.dumps(report.to_dict(), indent=2, default=str)
+def _write_text(text: str, destination: str) -> None:
+    """``text`` to stdout (``-``) or a file; an unwritable file is one line."""
     if destination == "-":
         sys.stdout.write(text + "\n")
         return
@@ -57,6 +57,10 @@ def _write_json(report, destination: str) -> None:
         Path(destination).write_text(text + "\n")
     except OSError as exc:
         raise TensorgaugeError(f"cannot write {destination}: {exc.strerror}") from None
+
+
+def _write_json(report, destination: str) -> None:
+    _write_text(json.dumps(report.to_dict(), indent=2, default=str), destination)
 
 
 def _record(args, command: list[str], name: str | None) -> tuple[int, str]:
@@ -168,14 +172,7 @@ def _try_fixes(args, command: list[str]) -> int:
     trials = try_fixes(command, store, progress=lambda line: err.print(f"[dim]tensorgauge: {line}[/dim]"))
     render_trials(_console(), trials)
     if args.json:
-        text = json.dumps(trials.to_dict(), indent=2)
-        if args.json == "-":
-            sys.stdout.write(text + "\n")
-        else:
-            try:
-                Path(args.json).write_text(text + "\n")
-            except OSError as exc:
-                raise TensorgaugeError(f"cannot write {args.json}: {exc.strerror}") from None
+        _write_text(json.dumps(trials.to_dict(), indent=2), args.json)
     return 0
 
 
@@ -263,26 +260,11 @@ def cmd_devices(args) -> int:
                       progress=progress)
     result = summarise_audit({**raw, "path": str(args.path)})
     if args.json:
-        text = json.dumps(result, indent=2)
+        _write_text(json.dumps(result, indent=2), args.json)
         if args.json == "-":
-            sys.stdout.write(text + "\n")
             return 0
-        try:
-            Path(args.json).write_text(text + "\n")
-        except OSError as exc:
-            raise TensorgaugeError(f"cannot write {args.json}: {exc.strerror}") from None
     render_devices(_console(), result)
     return 0
-
-
-def _write_text(text: str, destination: str) -> None:
-    if destination == "-":
-        sys.stdout.write(text + "\n")
-        return
-    try:
-        Path(destination).write_text(text + "\n")
-    except OSError as exc:
-        raise TensorgaugeError(f"cannot write {destination}: {exc.strerror}") from None
 
 
 def cmd_env(args) -> int:
