@@ -466,7 +466,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="numpy matmul, TensorFlow matmul, a dense model trained at batch 16/128/512, "
                                    "a tf.data pipeline, a save and load; recorded as a run (cores busy and peak "
                                    "memory per benchmark) and written as a bundle for 'compare'. "
-                                   "--quick: under a minute on 2 cores; full: a few minutes.")
+                                   "--quick: about 15 s on 2 cores; full: about 35 s.")
     p.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="bundle file (default tensorgauge-bench-RUN_ID.json in the current folder)")
@@ -503,7 +503,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", parents=[common], help="record a built-in small Keras job and show it",
                        description="Train, save, load and predict with a small Keras model on synthetic data "
-                                   "(about 20 s on 2 cores) under 'tensorgauge run', then show the run. "
+                                   "(about 20 s on 2 cores) under 'tensorgauge run', then show the run and write "
+                                   "its HTML report beside the store. "
                                    "--scenario runs a job with a known cause instead, with --diagnose: "
                                    "input-bound, eager, eager-loop, thread-limited, healthy.")
     p.add_argument("--scenario", default="default", metavar="NAME",
