@@ -48,10 +48,6 @@ class Store:
         self.data_dir = backend.data_dir  # where checkpoints and reports go beside the store
 
     @property
-    def path(self) -> Path:
-        return Path(self.location)
-
-    @property
     def conn(self):
         return self.backend.conn
 

@@ -39,7 +39,7 @@ def model_format(path: Path) -> str:
 
 
 def audit_model(path: str | os.PathLike, device: str | None = None, input_shapes: list[str] | None = None,
-          logical_cpus: int | None = None, python: str | None = None,
+          logical_cpus: int | None = None,
           progress: Callable[[str], None] | None = None) -> dict:
     """Load ``path`` in a subprocess and return its raw facts (see the audit module)."""
     path = Path(path)
@@ -50,7 +50,7 @@ def audit_model(path: str | os.PathLike, device: str | None = None, input_shapes
                "input_shapes": input_shapes or [], "logical_cpus": logical_cpus}
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0", "PYTHONWARNINGS": "ignore"}
     try:
-        proc = subprocess.run([python or sys.executable, "-m", AUDIT_MODULE, json.dumps(request)],
+        proc = subprocess.run([sys.executable, "-m", AUDIT_MODULE, json.dumps(request)],
                               capture_output=True, text=True, env=env, timeout=TIMEOUT_SECONDS)
     except subprocess.TimeoutExpired:
         raise TensorgaugeError(f"loading {path} took over {TIMEOUT_SECONDS} s; gave up") from None

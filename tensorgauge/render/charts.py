@@ -40,14 +40,14 @@ def bins(samples: list[Sample], wall: float, max_bins: int = MAX_BINS) -> list[l
     return [grouped[k] for k in sorted(grouped)]
 
 
-def series(samples: list[Sample], wall: float, run: str = "") -> list[dict]:
+def series(samples: list[Sample], wall: float) -> list[dict]:
     """One row per bin: cores busy mean and peak, RSS peak, machine memory used, GPU util/memory peak."""
     rows = []
     for group in bins(samples, wall):
         busy = [s.cores_busy for s in group if s.cores_busy is not None]
         gpus = [g for s in group for g in s.gpus]
         used = [s.mem_used_bytes for s in group if s.mem_used_bytes is not None]
-        row = {"t": _r(group[0].t), "run": run,
+        row = {"t": _r(group[0].t),
                "cores_mean": _r(sum(busy) / len(busy)) if busy else None, "cores_peak": _r(max(busy)) if busy else None,
                "rss_gib": _r(max(s.rss_bytes for s in group) / 2**30),
                "mem_used_gib": _r(max(used) / 2**30) if used else None}
