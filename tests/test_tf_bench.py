@@ -29,7 +29,11 @@ def test_bench_twice_then_compare_names_cpus_and_onednn(store_path, tg_cmd, tmp_
     cpus = doc["explanations"][0]
     assert cpus["a"] == 2.0 and cpus["b"] == 1.0
     slowdowns = {r["name"]: r["slowdown"] for r in cpus["affected"]}
-    assert slowdowns["numpy matmul 2000"] > 1.3  # BLAS on one core instead of two
+    # One core instead of two: the kernels that split over cores slow markedly. Which ones cross the line
+    # varies with a noisy 2-core VM (once numpy's 2000 matmul changed by under 10%), so the largest.
+    assert max(slowdowns.values()) > 1.3
+    results = {r["name"]: r for r in doc["results"]}
+    assert {"numpy matmul 1000", "numpy matmul 2000", "tf matmul 1000"} <= results.keys()  # each quantified
     assert all(f"{name} " in cpus["text"] for name in slowdowns)  # every affected benchmark, with its figure
     text = subprocess.run([*tg_cmd, "compare", str(a), str(b)], capture_output=True, text=True, check=True).stdout
     assert "Why, most likely first" in text and " 1. CPUs allowed: 2.0 -> 1.0" in text
