@@ -65,6 +65,26 @@ SAMPLE_FIELDS = {"t": NUMBER, "cpu_seconds": NUMBER, "cores_busy": OPT_NUMBER, "
 GPU_FIELDS = {"index": "int", "name": OPT_TEXT, "util_percent": OPT_NUMBER, "memory_used_bytes": "int?",
               "memory_total_bytes": "int?", "power_watts": OPT_NUMBER}
 EVENT_FIELDS = {"t": NUMBER, "pid": "int", "kind": TEXT, "data": "object"}
+# The parts of run.env and run.budget that tensorgauge reads; other fields are kept and never read.
+HOST_FIELDS = {"hostname": OPT_TEXT, "cpu_model": OPT_TEXT, "cpu_flags": "texts?", "cores_logical": "int?",
+               "cores_physical": "int?", "cpus_allowed": "ints?", "cgroup_cpu_quota_cores": OPT_NUMBER,
+               "cores_allowed": OPT_NUMBER, "ram_bytes": "int?", "cgroup_memory_limit_bytes": "int?",
+               "os": OPT_TEXT, "os_release": OPT_TEXT, "kernel": OPT_TEXT, "machine": OPT_TEXT,
+               "nvidia_driver": OPT_TEXT, "monitor_python": OPT_TEXT, "env_vars": "text_map?", "gpus": "texts?"}
+JOB_FIELDS = {"python": OPT_TEXT, "executable": OPT_TEXT, "thread_env": "text_map?", "affinity_cpus": "int?",
+              "numpy_version": OPT_TEXT, "blas": "objects?", "tensorflow_version": OPT_TEXT, "tf_build": "object?",
+              "onednn_enabled": "bool?", "devices_physical": "texts?", "gpus_visible": "int?",
+              "intra_op_threads": "int?", "inter_op_threads": "int?", "keras_version": OPT_TEXT}
+WORKER_FIELDS = {"task_type": OPT_TEXT, "task_index": "int?", "worker": OPT_TEXT, "cluster": "object?"}
+BUDGET_FIELDS = {"max_memory_bytes": "int?", "max_cpus": OPT_NUMBER, "max_gpu_memory_bytes": "int?",
+                 "soft_memory_bytes": "int?", "stopped": "bool?", "reason": OPT_TEXT, "checkpoint": OPT_TEXT,
+                 "graceful": "bool?", "peak_bytes": "int?", "peak_t": OPT_NUMBER, "stop_requested_at": OPT_NUMBER,
+                 "enforced_by": "texts?", "gpu_memory_limit": "object?"}
+GPU_LIMIT_FIELDS = {"gpus": "int?", "error": OPT_TEXT}
+KIND_WORDS = {"number": "a number", "int": "an integer", "bool": "true or false", "text": "text",
+              "texts": "a list of texts", "numbers": "a list of numbers", "ints": "a list of integers",
+              "objects": "a list of objects", "object": "an object", "text_map": "an object of texts",
+              "list": "a list"}
 
 
 def _is(kind: str, value: Any) -> bool:
@@ -80,10 +100,12 @@ def _is(kind: str, value: Any) -> bool:
         return isinstance(value, str)
     if kind == "texts":
         return isinstance(value, list) and all(isinstance(v, str) for v in value)
-    if kind == "numbers":
-        return isinstance(value, list) and all(_is("number", v) for v in value)
+    if kind in ("numbers", "ints", "objects"):
+        return isinstance(value, list) and all(_is(kind[:-1], v) for v in value)
     if kind == "object":
         return isinstance(value, dict)
+    if kind == "text_map":
+        return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
     if kind == "list":
         return isinstance(value, list)
     raise AssertionError(kind)
@@ -97,7 +119,7 @@ def _check(obj: Any, fields: dict[str, str], where: str, required: tuple[str, ..
             raise BundleError(f"{where} lacks '{name}'")
     for name, kind in fields.items():
         if name in obj and not _is(kind, obj[name]):
-            raise BundleError(f"{where}.{name} is not {kind.rstrip('?')}")
+            raise BundleError(f"{where}.{name} is not {KIND_WORDS.get(kind.rstrip('?'), kind.rstrip('?'))}")
     return obj
 
 
@@ -114,6 +136,13 @@ def from_dict(doc: Any) -> Bundle:
     run = _check(doc.get("run"), RECORD_FIELDS, "run", ("run_id", "command", "started_at"))
     if not RUN_ID.match(run["run_id"]):
         raise BundleError("run.run_id is not a run id")
+    for part, fields in (("host", HOST_FIELDS), ("job", JOB_FIELDS), ("worker", WORKER_FIELDS)):
+        if (run.get("env") or {}).get(part) is not None:
+            _check(run["env"][part], fields, f"run.env.{part}", ())
+    if run.get("budget") is not None:
+        _check(run["budget"], BUDGET_FIELDS, "run.budget", ())
+        if run["budget"].get("gpu_memory_limit") is not None:
+            _check(run["budget"]["gpu_memory_limit"], GPU_LIMIT_FIELDS, "run.budget.gpu_memory_limit", ())
     for name in ("samples", "events"):
         if not isinstance(doc.get(name), list):
             raise BundleError(f"'{name}' is not a list")
@@ -132,14 +161,33 @@ def from_dict(doc: Any) -> Bundle:
 
 
 def analyse(bundle: Bundle):
-    """The bundle's run analysed (a RunReport); inconsistent data is a BundleError, not a crash."""
+    """The bundle's run analysed (a RunReport), and rendered once as ``show``,
+    ``compare`` and ``report`` would, into nothing: data that passed the field
+    checks but contradicts itself (event data of the wrong type, say) is a
+    BundleError here, never a crash later."""
+    import io
+
+    from rich.console import Console
+
+    from tensorgauge.analyse.compare import Side, compare
+    from tensorgauge.render.compare import render_compare
+    from tensorgauge.render.html import comparison_page, run_page
+    from tensorgauge.render.terminal import render_run
     from tensorgauge.report import RunReport
 
     try:
-        return RunReport.build(bundle.record, bundle.samples, bundle.events)
-    except Exception as exc:  # data that passed the field checks but contradicts itself
+        report = RunReport.build(bundle.record, bundle.samples, bundle.events)
+        console = Console(file=io.StringIO(), width=120)
+        render_run(console, report)
+        side = Side("bundle", report)
+        comparison = compare(side, side)
+        render_compare(console, comparison)
+        run_page(report, js="")
+        comparison_page(side, side, comparison, js="")
+    except Exception as exc:
         raise BundleError(f"the bundle's run cannot be analysed, its data is inconsistent "
                           f"({type(exc).__name__}: {str(exc)[:120]})") from None
+    return report
 
 
 def _no_constants(name: str):

@@ -1,12 +1,15 @@
 """Bundles: export -> import round trip; bad, truncated, future and hostile files get one
 clear line; property-based: random and mutated bundles never raise anything else."""
 
+import io
 import json
 import sys
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from rich.console import Console
 
 from tensorgauge.bundle import SCHEMA, BundleError, loads, read
 from tensorgauge.cli import main
@@ -77,6 +80,22 @@ def test_bad_bundles_get_one_clear_line(tmp_path, capsys, text, message):
     assert not store.exists() or Store.open(store).runs() == []
 
 
+@pytest.mark.parametrize("path, value, message", [
+    (("env", "host", "env_vars"), True, "run.env.host.env_vars is not an object of texts"),
+    (("env", "job"), [], "run.env.job is not an object"),
+    (("budget",), {"max_memory_bytes": "4GiB"}, "run.budget.max_memory_bytes is not an integer"),
+])
+def test_env_and_budget_fields_have_their_types(exported, path, value, message):
+    _, out = exported
+    doc = json.loads(out.read_text())
+    parent = doc["run"]
+    for key in path[:-1]:
+        parent = parent.setdefault(key, {})
+    parent[path[-1]] = value
+    with pytest.raises(BundleError, match=message):
+        loads(json.dumps(doc))
+
+
 def test_a_binary_file_is_not_a_bundle(tmp_path):
     path = tmp_path / "b.json"
     path.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe")
@@ -89,16 +108,29 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_
                                                                                 max_size=4), max_leaves=20)
 
 
-def _fails_cleanly(text: str, tmp_path) -> None:
+def _fails_cleanly(text: str, tmp_path, original: str | None = None) -> None:
+    """``text`` is refused with a clear error, or it imports, and then show, compare (with itself and
+    with ``original``) and report render it."""
     try:
         bundle = loads(text)
     except TensorgaugeError:
         return
     from tensorgauge.analyse.compare import Side, compare
     from tensorgauge.bundle import analyse, import_bundle
+    from tensorgauge.render.compare import render_compare
+    from tensorgauge.render.html import comparison_page, run_page
+    from tensorgauge.render.terminal import render_run
 
     report = analyse(bundle)
-    compare(Side("a", report), Side("b", report)).to_dict()
+    a, b = Side("a", analyse(loads(original)) if original else report), Side("b", report)
+    comparison = compare(a, b)
+    comparison.to_dict()
+    # A bundle that imports is one that show, compare and report can render.
+    console = Console(file=io.StringIO(), width=160)
+    render_run(console, report)
+    render_compare(console, comparison)
+    run_page(report, js="")
+    comparison_page(a, b, comparison, js="")
     store = Store.open(tmp_path / "prop.db")
     try:
         import_bundle(store, bundle)
@@ -146,4 +178,4 @@ def test_mutated_bundles_never_raise_anything_but_a_clear_error(exported, tmp_pa
             continue
     text = json.dumps(doc)
     cut = data.draw(st.integers(0, len(text)))
-    _fails_cleanly(text if data.draw(st.booleans()) else text[:cut], tmp_path)
+    _fails_cleanly(text if data.draw(st.booleans()) else text[:cut], tmp_path, out.read_text())

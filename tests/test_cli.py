@@ -29,7 +29,8 @@ def test_run_records_a_plain_python_job_and_passes_its_exit_code(store_path, tmp
     summary = doc["summary"]
     assert 0.4 < summary["cpu_seconds"] < 5 and summary["rss_peak_bytes"] > 1 << 20
     assert 0.5 < summary["cores_busy_mean"] <= 1.3
-    assert summary["samples"] >= 4 and summary["gpu"] == []
+    assert summary["samples"] >= 4
+    assert [g["name"] for g in summary["gpu"]] == doc["env"]["host"]["gpus"]  # none without an NVIDIA driver
     assert doc["phases"] == [] and doc["findings"] == [] and doc["budget"] is None
     host = doc["env"]["host"]
     assert host["cores_logical"] >= 1 and host["cpus_allowed"] and host["ram_bytes"] > 0
@@ -163,7 +164,8 @@ def test_env_fingerprint(capsys):
     assert main(["env", "--json"]) == 0
     env = json.loads(capsys.readouterr().out)
     assert env["schema"] == "tensorgauge.env/1"
-    assert env["host"]["cores_allowed"] > 0 and env["host"]["gpus"] == [] or env["host"]["nvidia_driver"]
+    assert env["host"]["cores_allowed"] > 0
+    assert not env["host"]["gpus"] or env["host"]["nvidia_driver"]  # GPUs are listed only where a driver is
     assert env["job"]["python"] == sys.version.split()[0] and env["job"]["affinity_cpus"] >= 1
     assert main(["env"]) == 0
     assert "host.cores_allowed" in capsys.readouterr().out

@@ -87,3 +87,22 @@ def test_helpers():
     samples = [sample(0.0, 0.0), sample(1.0, 2.0)]
     times = [0.0, 1.0]
     assert cpu_at(samples, times, 0.25) == 0.5 and cpu_at(samples, times, 5) == 2.0 and cpu_at([], [], 1) == 0.0
+
+
+def test_phase_table_shows_gpu_columns_only_where_a_gpu_was_read():
+    from rich.console import Console
+
+    from tensorgauge.render.terminal import phase_table
+
+    events = [begin(0.0, 7, 1, "idle", "custom"), end(1.0, 7, 1, cpu=0.1),
+              begin(1.0, 7, 2, "matmul", "custom"), end(2.0, 7, 2, cpu=0.2)]
+    with_gpu = [sample(t / 10, t / 100, gpu_util=(90 if t > 10 else 3)) for t in range(0, 21)]
+    console = Console(record=True, width=200)
+    console.print(phase_table(build_phases(events, with_gpu, end=2.0), 2.0))
+    text = console.export_text()
+    assert "GPU %" in text and "GPU mem peak" in text
+    matmul_row = next(line for line in text.splitlines() if line.strip().startswith("matmul"))
+    assert matmul_row.split()[-4:] == ["90", "90", "900", "B"]  # mean, peak, memory peak of the busy phase
+    console = Console(record=True, width=200)
+    console.print(phase_table(build_phases(events, [sample(t / 10, t / 100) for t in range(0, 21)], end=2.0), 2.0))
+    assert "GPU" not in console.export_text()
