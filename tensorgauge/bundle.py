@@ -63,7 +63,7 @@ SAMPLE_FIELDS = {"t": NUMBER, "cpu_seconds": NUMBER, "cores_busy": OPT_NUMBER, "
                  "uss_bytes": "int?", "pss_bytes": "int?", "mem_used_bytes": "int?", "mem_available_bytes": "int?",
                  "cpu_percent": "numbers?", "runnable": "int?", "gpus": "list"}
 GPU_FIELDS = {"index": "int", "name": OPT_TEXT, "util_percent": OPT_NUMBER, "memory_used_bytes": "int?",
-              "memory_total_bytes": "int?", "power_watts": OPT_NUMBER}
+              "memory_total_bytes": "int?", "power_watts": OPT_NUMBER, "job_memory_bytes": "int?"}
 EVENT_FIELDS = {"t": NUMBER, "pid": "int", "kind": TEXT, "data": "object"}
 # The parts of run.env and run.budget that tensorgauge reads; other fields are kept and never read.
 HOST_FIELDS = {"hostname": OPT_TEXT, "cpu_model": OPT_TEXT, "cpu_flags": "texts?", "cores_logical": "int?",
@@ -79,7 +79,7 @@ WORKER_FIELDS = {"task_type": OPT_TEXT, "task_index": "int?", "worker": OPT_TEXT
 BUDGET_FIELDS = {"max_memory_bytes": "int?", "max_cpus": OPT_NUMBER, "max_gpu_memory_bytes": "int?",
                  "soft_memory_bytes": "int?", "stopped": "bool?", "reason": OPT_TEXT, "checkpoint": OPT_TEXT,
                  "graceful": "bool?", "peak_bytes": "int?", "peak_t": OPT_NUMBER, "stop_requested_at": OPT_NUMBER,
-                 "enforced_by": "texts?", "gpu_memory_limit": "object?"}
+                 "enforced_by": "texts?", "gpu_memory_limit": "object?", "gpu_memory_peak_bytes": "int?"}
 GPU_LIMIT_FIELDS = {"gpus": "int?", "error": OPT_TEXT}
 KIND_WORDS = {"number": "a number", "int": "an integer", "bool": "true or false", "text": "text",
               "texts": "a list of texts", "numbers": "a list of numbers", "ints": "a list of integers",

@@ -35,6 +35,7 @@ class GpuReading:
     memory_used_bytes: int | None = None
     memory_total_bytes: int | None = None
     power_watts: float | None = None
+    job_memory_bytes: int | None = None  # held by the job's own processes (NVML per process)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -67,7 +67,7 @@ class Sampler:
             mem_available_bytes=memory.available_bytes if memory else None,
             cpu_percent=self._per_cpu_percent(),
             runnable=self.system.runnable() if slow else None,
-            gpus=self.gpus.read(),
+            gpus=self.gpus.read(tree.pids),
         )
         self.last = sample
         return sample

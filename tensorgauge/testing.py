@@ -65,7 +65,8 @@ class NVMLError(Exception):
 
 class FakeNvml:
     """Stands in for the ``pynvml`` module: ``gpus`` is a list of dicts with
-    util, used, total, power_mw (None: the call raises, as NotSupported does)."""
+    util, used, total, power_mw and processes, a list of (pid, bytes held or
+    None) (a field left out or None: the call raises, as NotSupported does)."""
 
     def __init__(self, gpus: list[dict] | None = None, driver: bool = True):
         self.gpus = gpus or []
@@ -103,3 +104,10 @@ class FakeNvml:
 
     def nvmlDeviceGetPowerUsage(self, handle):
         return self._get(handle, "power_mw")
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle):
+        return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in self._get(handle, "processes")]
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle):
+        self._get(handle, "processes")
+        return []

@@ -44,3 +44,31 @@ def test_no_memory_budget_never_stops(tmp_path):
     watch = BudgetWatch(Budget(max_cpus=1.0), str(tmp_path / "stop"), None)
     watch.check(sample(1.0, 10**12), lambda: (_ for _ in ()).throw(AssertionError("killed")))
     assert watch.peak_bytes == 10**12 and not (tmp_path / "stop").exists()
+
+
+def test_gpu_budget_is_verified_against_the_jobs_own_gpu_memory(tmp_path):
+    from rich.console import Console
+
+    from tensorgauge.model import GpuReading
+    from tensorgauge.render.terminal import render_budget
+
+    watch = BudgetWatch(Budget(max_gpu_memory_bytes=2 << 30), str(tmp_path / "stop"), None)
+    for t, held in ((1.0, None), (1.1, (1 << 30, 1 << 29)), (1.2, (1 << 30, 0))):
+        s = sample(t, 100 * MIB)
+        s.gpus = [GpuReading(index=0, memory_used_bytes=70 << 30, job_memory_bytes=None)] if held is None else \
+            [GpuReading(index=i, memory_used_bytes=70 << 30, job_memory_bytes=h) for i, h in enumerate(held)]
+        watch.check(s, lambda: None)
+    result = watch.result(None, 0, False, None)
+    assert result["gpu_memory_peak_bytes"] == 3 << 29  # both GPUs, the job's own, not the device's 70 GiB
+    assert not result["stopped"]
+
+    def shown(budget):
+        console = Console(record=True, width=300)
+        render_budget(console, budget)
+        return console.export_text()
+
+    text = shown({**result, "gpu_memory_limit": {"gpus": 2, "error": None}})
+    assert "TensorFlow memory_limit on 2 GPU(s)" in text and "job's peak 1.5 GiB (NVML)" in text
+    assert "over the budget" not in text
+    over = shown({**result, "gpu_memory_peak_bytes": 3 << 30})
+    assert "not applied: the job did not import TensorFlow" in over and "over the budget" in over

@@ -31,6 +31,7 @@ def _gpu_names() -> list[str]:
 
 GPUS = _gpu_names()
 pytestmark = [
+    pytest.mark.gpu,
     pytest.mark.skipif(not GPUS, reason="no NVIDIA GPU (NVML finds none) on this machine"),
     pytest.mark.skipif(not any(importlib.util.find_spec(m) for m in ("torch", "cupy")),
                        reason="the GPU load needs PyTorch or CuPy"),
@@ -55,6 +56,8 @@ def test_nvml_samples_a_gpu_job_phase_by_phase(store_path, tmp_path, capsys):
     assert busy["gpu_memory_peak_bytes"] - idle["gpu_memory_peak_bytes"] >= 3.5 * GIB  # the 4 GiB it holds
     (gpu, *_) = doc["summary"]["gpu"]
     assert gpu["name"] == GPUS[0] and gpu["memory_total_bytes"] > 8 * GIB
+    # The job's own share (NVML per process): the 4 GiB it holds plus its CUDA context, at most the device's.
+    assert 4 * GIB <= gpu["job_memory_peak_bytes"] <= gpu["memory_used_peak_bytes"]
     power = [g.power_watts for s in samples for g in s.gpus if g.index == 0 and g.power_watts is not None]
     assert power and max(power) > min(power)
 
@@ -95,3 +98,15 @@ def test_prometheus_serves_gpu_gauges(store_path):
 
     assert peak("tensorgauge_gpu_utilization_percent") >= 90
     assert peak("tensorgauge_gpu_memory_used_bytes") >= 4 * GIB
+    assert peak("tensorgauge_gpu_job_memory_bytes") >= 4 * GIB  # the job's own processes
+
+
+def test_gpu_memory_budget_is_verified_by_nvml(store_path, capsys):
+    # No TensorFlow in this job: the limit cannot be applied, and NVML shows the job went over it.
+    assert main(["run", "-q", "--max-gpu-memory", "2GiB", "--", sys.executable, JOB, "1"]) == 0
+    budget = Store.open(store_path).run("last").budget
+    assert budget["max_gpu_memory_bytes"] == 2 * GIB and budget["gpu_memory_peak_bytes"] >= 4 * GIB
+    capsys.readouterr()
+    assert main(["show", "last"]) == 0
+    shown = capsys.readouterr().out
+    assert "did not import TensorFlow" in shown and "over the budget" in shown

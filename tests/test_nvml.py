@@ -24,3 +24,26 @@ def test_readings_and_unsupported_fields_are_none():
     assert second.power_watts is None and second.memory_total_bytes == 16 << 30
     gpus.close()
     assert nvml.shutdown_called
+
+
+def test_the_jobs_share_of_gpu_memory_is_its_processes_sum():
+    import os
+
+    me, parent = os.getpid(), os.getppid()
+    nvml = FakeNvml(gpus=[
+        {"name": "A", "util": 10, "used": 9 << 30, "total": 80 << 30, "processes": [(me, 2 << 30), (parent, 3 << 30)]},
+        {"name": "B", "util": 0, "used": 1 << 30, "total": 80 << 30, "processes": []},
+        {"name": "C", "util": 0, "used": 1 << 30, "total": 80 << 30},  # per-process figures not supported
+        {"name": "D", "util": 0, "used": 1 << 30, "total": 80 << 30, "processes": [(me, None)]},  # MIG, some drivers
+    ])
+    a, b, c, d = open_gpus(nvml).read((me,))
+    assert a.job_memory_bytes == 2 << 30  # the other process is not the job's
+    assert b.job_memory_bytes == 0 and c.job_memory_bytes is None and d.job_memory_bytes is None
+    assert open_gpus(nvml).read()[0].job_memory_bytes is None  # no pids asked: not read
+
+
+def test_pids_from_another_namespace_are_not_attributed():
+    nvml = FakeNvml(gpus=[{"name": "A", "util": 10, "used": 9 << 30, "total": 80 << 30,
+                           "processes": [(4_000_000, 2 << 30)]}])  # above any pid_max: not a pid of ours
+    (a,) = open_gpus(nvml).read((1,))
+    assert a.job_memory_bytes is None

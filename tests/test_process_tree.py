@@ -45,6 +45,7 @@ def test_tree_finds_grandchildren_and_sums_them():
         assert len(descendants(root.pid)) == 1
         reading = ProcfsProcessTree(root.pid).read()
         assert reading.processes == 2 and reading.threads >= 2 and reading.rss_bytes > 2 << 20
+        assert set(reading.pids) == {root.pid, *descendants(root.pid)}
         assert reading.read_bytes is not None
         assert ProcfsProcessTree(root.pid).read(io=False).read_bytes is None
         uss, pss = ProcfsProcessTree(root.pid).read_private()
@@ -72,6 +73,7 @@ def test_cgroup_tree_reads_counters_not_threads(tmp_path):
     tree = CgroupProcessTree(JobCgroup(tmp_path, None, unified=False), cpu_before_seconds=0.25)
     reading = tree.read(io=False)
     assert reading.cpu_seconds == 2.75 and reading.processes == 1 and reading.threads == 3
+    assert reading.pids == (os.getpid(),)
     assert reading.rss_bytes == pytest.approx(psutil.Process().memory_info().rss, rel=0.05)
     (tmp_path / "cpuacct.usage").write_text("1000000000\n")  # never goes backwards
     assert tree.read().cpu_seconds == 2.75

@@ -53,13 +53,16 @@ def test_tree_gone_gives_none_and_memory_is_copied():
     assert sampler.sample() is None
 
 
-def test_gpu_readings_are_attached():
+def test_gpu_readings_are_attached_with_the_trees_pids():
     class OneGpu:
-        def read(self):
-            return [GpuReading(index=0, util_percent=50.0)]
+        def read(self, pids=()):
+            return [GpuReading(index=0, util_percent=50.0, job_memory_bytes=len(pids))]
 
-    sampler, _, _ = make([reading(0)], gpus=OneGpu())
-    assert sampler.sample().gpus[0].util_percent == 50.0
+    tree = reading(0)
+    tree.pids = (7, 8)
+    sampler, _, _ = make([tree], gpus=OneGpu())
+    gpu = sampler.sample().gpus[0]
+    assert gpu.util_percent == 50.0 and gpu.job_memory_bytes == 2  # the GPU source was asked about both
 
 
 def test_slow_readings_once_a_second():

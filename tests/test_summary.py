@@ -28,10 +28,12 @@ def test_incomplete_run_uses_samples():
 def test_gpu_summary():
     samples = [Sample(t=i, cpu_seconds=0, cores_busy=None, rss_bytes=0, threads=0, processes=0,
                       gpus=[GpuReading(index=0, name="A", util_percent=u, memory_used_bytes=m, memory_total_bytes=9,
-                                       power_watts=None)]) for i, (u, m) in enumerate([(10.0, 1), (30.0, 5)])]
+                                       power_watts=None, job_memory_bytes=j)])
+               for i, (u, m, j) in enumerate([(10.0, 1, None), (30.0, 5, 3), (20.0, 4, 2)])]
     (gpu,) = summarise(run_record(wall_seconds=2), samples).gpu
     assert gpu == {"index": 0, "name": "A", "util_percent_mean": 20.0, "util_percent_peak": 30.0,
-                   "memory_used_peak_bytes": 5, "memory_total_bytes": 9, "power_watts_mean": None}
+                   "memory_used_peak_bytes": 5, "memory_total_bytes": 9, "power_watts_mean": None,
+                   "job_memory_peak_bytes": 3}
 
 
 def test_account_names_import_dominance_and_phase_cpu_contrast():

@@ -30,7 +30,7 @@ def summarise(record: RunRecord, samples: list[Sample]) -> Summary:
 
 
 def summarise_gpus(samples: list[Sample]) -> list[dict]:
-    """Per GPU: utilisation mean/peak, memory peak and total, power mean."""
+    """Per GPU: utilisation mean/peak, memory peak (all processes, and the job's own) and total, power mean."""
     by_index: dict[int, list] = {}
     for sample in samples:
         for gpu in sample.gpus:
@@ -40,6 +40,7 @@ def summarise_gpus(samples: list[Sample]) -> list[dict]:
         util = [g.util_percent for g in readings if g.util_percent is not None]
         mem = [g.memory_used_bytes for g in readings if g.memory_used_bytes is not None]
         power = [g.power_watts for g in readings if g.power_watts is not None]
+        job = [g.job_memory_bytes for g in readings if g.job_memory_bytes is not None]
         out.append({
             "index": index,
             "name": readings[-1].name,
@@ -48,5 +49,6 @@ def summarise_gpus(samples: list[Sample]) -> list[dict]:
             "memory_used_peak_bytes": max(mem) if mem else None,
             "memory_total_bytes": readings[-1].memory_total_bytes,
             "power_watts_mean": round(sum(power) / len(power), 1) if power else None,
+            "job_memory_peak_bytes": max(job) if job else None,
         })
     return out

@@ -30,6 +30,7 @@ class BudgetWatch:
     killed_at: float | None = None
     peak_bytes: int = 0
     peak_t: float | None = None
+    gpu_peak_bytes: int | None = None  # the job's own GPU memory (NVML per process), all GPUs together
     reason: str | None = None
     _kernel_caps_memory: bool = False
 
@@ -69,6 +70,9 @@ class BudgetWatch:
         """Called with every sample: ask for a stop at the soft line, kill past the budget."""
         if sample.rss_bytes > self.peak_bytes:
             self.peak_bytes, self.peak_t = sample.rss_bytes, sample.t
+        held = [g.job_memory_bytes for g in sample.gpus if g.job_memory_bytes is not None]
+        if held and sum(held) > (self.gpu_peak_bytes or 0):
+            self.gpu_peak_bytes = sum(held)
         limit = self.budget.max_memory_bytes
         if limit is None:
             return
@@ -98,6 +102,7 @@ class BudgetWatch:
                 "stopped": stopped, "reason": reason if stopped else None, "checkpoint": checkpoint,
                 "graceful": exit_code == hook_budget.BUDGET_EXIT_CODE, "peak_bytes": self.peak_bytes,
                 "peak_t": self.peak_t, "stop_requested_at": self.stop_requested_at,
+                "gpu_memory_peak_bytes": self.gpu_peak_bytes,
                 "enforced_by": self.enforced_by}
 
 

@@ -45,6 +45,8 @@ class PrometheusExporter:
         self.machine_used = gauge("machine_memory_used_bytes", "Memory used on the whole machine")
         self.gpu_util = gauge("gpu_utilization_percent", "GPU utilisation (NVML)", ("gpu",))
         self.gpu_memory = gauge("gpu_memory_used_bytes", "GPU memory used (NVML)", ("gpu",))
+        self.gpu_job_memory = gauge("gpu_job_memory_bytes", "GPU memory the job's own processes hold (NVML)",
+                                    ("gpu",))
         self.step_rate = gauge("steps_per_second", "Training steps per second over the last 5 s")
         self.step_seconds = gauge("step_seconds", "Duration of the last training step")
         self.phase = gauge("phase", "1 for the phase the job is in (label phase)", ("phase",))
@@ -81,6 +83,8 @@ class PrometheusExporter:
                 self.gpu_util.labels(**labels, gpu=str(g.index)).set(g.util_percent)
             if g.memory_used_bytes is not None:
                 self.gpu_memory.labels(**labels, gpu=str(g.index)).set(g.memory_used_bytes)
+            if g.job_memory_bytes is not None:
+                self.gpu_job_memory.labels(**labels, gpu=str(g.index)).set(g.job_memory_bytes)
         if self.state.steps_total > self._steps:
             self.steps.labels(**labels).inc(self.state.steps_total - self._steps)
             self._steps = self.state.steps_total

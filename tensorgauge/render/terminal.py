@@ -95,6 +95,25 @@ def _percent(value: float | None) -> str:
     return "" if value is None else f"{value:.0f}"
 
 
+def gpu_budget_note(budget: dict) -> str:
+    """How the GPU memory limit was applied, and the job's own peak as NVML measured it."""
+    applied = budget.get("gpu_memory_limit")
+    if applied is None:
+        note = " (not applied: the job did not import TensorFlow)"
+    elif applied.get("error"):
+        note = f" (not applied: {escape(str(applied['error']))})"
+    elif applied.get("gpus") == 0:
+        note = " (no GPU visible to TensorFlow: nothing to limit)"
+    else:
+        note = f" (TensorFlow memory_limit on {applied.get('gpus')} GPU(s))"
+    peak = budget.get("gpu_memory_peak_bytes")
+    if peak is not None:
+        over = peak > budget["max_gpu_memory_bytes"]
+        note += (f", job's peak {format_bytes(peak)} (NVML)" + (" [red]over the budget[/red]: TensorFlow's limit "
+                 "leaves out the CUDA context and memory taken outside TensorFlow" if over else ""))
+    return note
+
+
 def render_budget(console: Console, budget: dict) -> None:
     parts = []
     if budget.get("max_memory_bytes"):
@@ -102,10 +121,7 @@ def render_budget(console: Console, budget: dict) -> None:
     if budget.get("max_cpus"):
         parts.append(f"{budget['max_cpus']:g} CPUs")
     if budget.get("max_gpu_memory_bytes"):
-        applied = budget.get("gpu_memory_limit") or {}
-        note = (" (no GPU visible to TensorFlow: nothing to limit)" if applied.get("gpus") == 0 and not applied.get("error")
-                else f" (not applied: {applied['error']})" if applied.get("error") else "")
-        parts.append(f"GPU memory {format_bytes(budget['max_gpu_memory_bytes'])}{note}")
+        parts.append(f"GPU memory {format_bytes(budget['max_gpu_memory_bytes'])}{gpu_budget_note(budget)}")
     console.print(f"  budget   {', '.join(parts)}; enforced by {escape(', '.join(budget.get('enforced_by') or []))}")
     if budget.get("stopped"):
         console.print(f"  [yellow]stopped: {escape(str(budget.get('reason')))}[/yellow]")
@@ -132,7 +148,9 @@ def render_run(console: Console, report: RunReport) -> None:
         console.print(f"  GPU {gpu['index']}    {escape(str(gpu.get('name') or ''))} util mean "
                       f"{gpu.get('util_percent_mean')}% peak {gpu.get('util_percent_peak')}%, memory peak "
                       f"{format_bytes(gpu.get('memory_used_peak_bytes'))} of "
-                      f"{format_bytes(gpu.get('memory_total_bytes'))}")
+                      f"{format_bytes(gpu.get('memory_total_bytes'))}"
+                      + (f" (the job's own: {format_bytes(gpu['job_memory_peak_bytes'])})"
+                         if gpu.get("job_memory_peak_bytes") is not None else ""))
     if r.budget:
         render_budget(console, r.budget)
     if report.phases:

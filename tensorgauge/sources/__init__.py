@@ -23,6 +23,7 @@ class TreeReading:
     processes: int
     read_bytes: int | None = None
     write_bytes: int | None = None
+    pids: tuple[int, ...] = ()  # the tree's processes (to find the job's share of each GPU)
 
 
 @dataclass
@@ -57,7 +58,7 @@ class System(Protocol):
 
 
 class Gpus(Protocol):
-    def read(self) -> list[GpuReading]:
+    def read(self, pids: tuple[int, ...] = ()) -> list[GpuReading]:
         """One reading per GPU; an empty list where there is no NVIDIA driver."""
 
     def close(self) -> None: ...

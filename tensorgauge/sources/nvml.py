@@ -2,10 +2,14 @@
 
 No driver, no library, no GPU: :func:`open_gpus` returns :class:`NoGpus`.
 A reading NVML refuses (per-process memory on some drivers, power on some
-boards) is ``None``.
+boards) is ``None``. The job's own share of a GPU's memory is the sum of
+NVML's per-process figures for the job's processes; ``None`` where NVML gives
+none, or names only processes this PID namespace cannot see (a container).
 """
 
 from __future__ import annotations
+
+import os
 
 from tensorgauge.model import GpuReading
 
@@ -13,7 +17,7 @@ from tensorgauge.model import GpuReading
 class NoGpus:
     names: list[str] = []
 
-    def read(self) -> list[GpuReading]:
+    def read(self, pids: tuple[int, ...] = ()) -> list[GpuReading]:
         return []
 
     def close(self) -> None:
@@ -38,7 +42,24 @@ class NvmlGpus:
             return None
         return value.decode() if isinstance(value, bytes) else value
 
-    def read(self) -> list[GpuReading]:
+    def _job_memory(self, handle, pids: tuple[int, ...]) -> int | None:
+        """Bytes the processes ``pids`` hold on the GPU ``handle``."""
+        listed = []
+        for name in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+            fn = getattr(self._nvml, name, None)  # absent from old nvidia-ml-py releases
+            processes = self._call(fn, handle) if fn else None
+            if processes is None:
+                return None
+            listed.extend(processes)
+        if listed and not any(_pid_exists(p.pid) for p in listed):
+            return None  # another PID namespace: NVML's pids are not ours
+        used = [p.usedGpuMemory for p in listed if p.pid in pids]
+        if any(u is None for u in used):
+            return None  # NVML does not know the per-process figure (some drivers, MIG)
+        return int(sum(used))
+
+    def read(self, pids: tuple[int, ...] = ()) -> list[GpuReading]:
+        """Every GPU now; with ``pids``, also the memory those processes hold on each."""
         nvml = self._nvml
         out = []
         for index, handle in enumerate(self._handles):
@@ -52,6 +73,7 @@ class NvmlGpus:
                 memory_used_bytes=int(mem.used) if mem is not None else None,
                 memory_total_bytes=int(mem.total) if mem is not None else None,
                 power_watts=power_mw / 1000.0 if power_mw is not None else None,
+                job_memory_bytes=self._job_memory(handle, pids) if pids else None,
             ))
         return out
 
@@ -60,6 +82,16 @@ class NvmlGpus:
             self._nvml.nvmlShutdown()
         except Exception:
             pass
+
+
+def _pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
 
 
 def open_gpus(nvml=None):

@@ -208,7 +208,8 @@ class ProcfsProcessTree(_Tree):
             return None
         read_bytes, write_bytes = self._io(alive) if io else (None, None)
         return TreeReading(cpu_seconds=self._monotonic_cpu(cpu), rss_bytes=rss, threads=threads,
-                           processes=len(alive), read_bytes=read_bytes, write_bytes=write_bytes)
+                           processes=len(alive), read_bytes=read_bytes, write_bytes=write_bytes,
+                           pids=tuple(alive))
 
 
 class CgroupProcessTree(_Tree):
@@ -231,4 +232,4 @@ class CgroupProcessTree(_Tree):
         read_bytes, write_bytes = self._io(self._pids) if io else (None, None)
         return TreeReading(cpu_seconds=self._monotonic_cpu(self.cpu_before_seconds + cpu), rss_bytes=rss,
                            threads=threads, processes=len(self._pids), read_bytes=read_bytes,
-                           write_bytes=write_bytes)
+                           write_bytes=write_bytes, pids=tuple(self._pids))
