@@ -248,9 +248,10 @@ def cmd_demo(args) -> int:
 
 def cmd_devices(args) -> int:
     from tensorgauge.analyse.placement import summarise_audit
-    from tensorgauge.placement import audit_model
+    from tensorgauge.placement import audit_model, model_format
     from tensorgauge.render.terminal import render_devices
 
+    model_format(Path(args.path))  # a missing file or a non-model is named first, TensorFlow or not
     if importlib.util.find_spec("tensorflow") is None:
         raise TensorgaugeError("devices needs TensorFlow: pip install 'tensorgauge[tensorflow]'")
     if args.logical_cpus is not None and not 1 <= args.logical_cpus <= 64:

@@ -200,11 +200,10 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
         exit_code = record.exit_code
     if watch:
         stops = [e for e in recorder.seen if e.kind == "budget_stop"]
-        record.budget = watch.result(record.signal, record.exit_code, record.oom_killed,
-                                     stops[-1].data.get("checkpoint") if stops else None)
         gpu = [e.data for e in recorder.seen if e.kind == "budget_gpu_memory"]
-        if gpu:
-            record.budget["gpu_memory_limit"] = {"gpus": gpu[-1].get("gpus"), "error": gpu[-1].get("error")}
+        record.budget = watch.result(record.signal, record.exit_code, record.oom_killed,
+                                     stops[-1].data.get("checkpoint") if stops else None,
+                                     {"gpus": gpu[-1].get("gpus"), "error": gpu[-1].get("error")} if gpu else None)
     try:
         store.save_run(record)
     except Exception as exc:

@@ -58,17 +58,23 @@ def test_gpu_budget_is_verified_against_the_jobs_own_gpu_memory(tmp_path):
         s.gpus = [GpuReading(index=0, memory_used_bytes=70 << 30, job_memory_bytes=None)] if held is None else \
             [GpuReading(index=i, memory_used_bytes=70 << 30, job_memory_bytes=h) for i, h in enumerate(held)]
         watch.check(s, lambda: None)
-    result = watch.result(None, 0, False, None)
-    assert result["gpu_memory_peak_bytes"] == 3 << 29  # both GPUs, the job's own, not the device's 70 GiB
-    assert not result["stopped"]
+    applied = watch.result(None, 0, False, None, {"gpus": 2, "error": None})
+    assert applied["gpu_memory_peak_bytes"] == 3 << 29  # both GPUs, the job's own, not the device's 70 GiB
+    assert not applied["stopped"]
+    assert applied["enforced_by"] == ["TF logical GPU memory_limit", "NVML check of the job's GPU memory"]
+    no_tf = watch.result(None, 0, False, None, None)
+    assert no_tf["enforced_by"] == ["NVML check of the job's GPU memory"] and no_tf["gpu_memory_limit"] is None
 
     def shown(budget):
         console = Console(record=True, width=300)
         render_budget(console, budget)
         return console.export_text()
 
-    text = shown({**result, "gpu_memory_limit": {"gpus": 2, "error": None}})
+    text = shown(applied)
     assert "TensorFlow memory_limit on 2 GPU(s)" in text and "job's peak 1.5 GiB (NVML)" in text
     assert "over the budget" not in text
-    over = shown({**result, "gpu_memory_peak_bytes": 3 << 30})
+    over = shown({**applied, "gpu_memory_peak_bytes": 3 << 30})
+    assert "over the budget: TensorFlow's limit leaves out the CUDA context" in over
+    over = shown({**no_tf, "gpu_memory_peak_bytes": 3 << 30})
     assert "not applied: the job did not import TensorFlow" in over and "over the budget" in over
+    assert "CUDA context" not in over

@@ -42,6 +42,8 @@ def test_round_trip_on_both_back_ends(location):
     assert again.samples(run_id) == [] and run_id not in [r.run_id for r in again.runs()]
 
 
+@pytest.mark.skipif(__import__("importlib").util.find_spec("psycopg") is None,
+                    reason="the [postgres] extra (psycopg) is not installed")
 def test_a_postgres_url_that_does_not_answer(capsys):
     from tensorgauge.cli import main
 

@@ -57,7 +57,8 @@ def test_memory_budget_stops_gracefully_and_training_resumes(store_path, tg_cmd,
 def test_cpu_budget_keeps_fit_on_one_core(store_path, tg_cmd, tmp_path):
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs two CPUs to show a limit of one")
-    result = tg(tg_cmd, "run", "-q", "--max-cpus", "1", "--", PY, str(JOBS / "busy_fit.py"), str(tmp_path / "o.json"))
+    result = tg(tg_cmd, "run", "-q", "--max-cpus", "1", "--max-gpu-memory", "1GiB", "--", PY,
+                str(JOBS / "busy_fit.py"), str(tmp_path / "o.json"))
     assert result.returncode == 0, result.stderr[-2000:]
     seen = json.loads((tmp_path / "o.json").read_text())
     assert seen == {"affinity": 1, "intra": "1", "inter": "1"}  # TF's pools sized before TF started
@@ -66,3 +67,6 @@ def test_cpu_budget_keeps_fit_on_one_core(store_path, tg_cmd, tmp_path):
     assert fit.cores_busy_mean <= 1.05
     assert any(e.startswith("affinity") for e in report.record.budget["enforced_by"])
     assert report.record.budget["stopped"] is False
+    # The hook reached TensorFlow; with no GPU visible there is nothing to limit, and nothing claims it was.
+    assert report.record.budget["gpu_memory_limit"] == {"gpus": 0, "error": None}
+    assert not any("GPU" in e for e in report.record.budget["enforced_by"])

@@ -68,6 +68,7 @@ def test_bad_models_get_one_line_and_exit_2(models, capsys, name, message):
     assert message in lines[-1] and "Traceback" not in err and len(lines) <= 2  # [progress,] the error
 
 
+@pytest.mark.gpu
 def test_on_a_gpu_the_weights_and_ops_are_on_it(models, capsys):
     import tensorflow as tf
 

@@ -63,8 +63,6 @@ class BudgetWatch:
                 self._kernel_caps_memory = True
                 self.enforced_by.append("cgroup memory limit")
             self.enforced_by.append("watchdog (graceful stop at 90%, kill past 100%)")
-        if b.max_gpu_memory_bytes is not None:
-            self.enforced_by.append("TF logical GPU memory_limit")
 
     def check(self, sample: Sample, kill_tree) -> None:
         """Called with every sample: ask for a stop at the soft line, kill past the budget."""
@@ -91,19 +89,26 @@ class BudgetWatch:
             kill_tree()
 
     def result(self, exit_status_signal: int | None, exit_code: int | None, oom_killed: bool,
-               checkpoint: str | None) -> dict:
-        """The run's ``budget`` record."""
+               checkpoint: str | None, gpu_memory_limit: dict | None = None) -> dict:
+        """The run's ``budget`` record. ``gpu_memory_limit``: what the hook reported when it set
+        TensorFlow's GPU memory limit ({"gpus", "error"}; None: TensorFlow never started)."""
         stopped = (exit_code == hook_budget.BUDGET_EXIT_CODE or self.killed_at is not None
                    or (oom_killed and self._kernel_caps_memory))
         reason = self.reason
         if oom_killed and self._kernel_caps_memory and self.killed_at is None:
             reason = "the kernel killed the job at the cgroup memory limit before it could stop"
+        enforced_by = list(self.enforced_by)
+        if self.budget.max_gpu_memory_bytes is not None:
+            if gpu_memory_limit and gpu_memory_limit.get("gpus") and not gpu_memory_limit.get("error"):
+                enforced_by.append("TF logical GPU memory_limit")
+            if self.gpu_peak_bytes is not None:
+                enforced_by.append("NVML check of the job's GPU memory")
         return {**self.budget.to_dict(), "soft_memory_bytes": self.budget.soft_memory_bytes,
                 "stopped": stopped, "reason": reason if stopped else None, "checkpoint": checkpoint,
                 "graceful": exit_code == hook_budget.BUDGET_EXIT_CODE, "peak_bytes": self.peak_bytes,
                 "peak_t": self.peak_t, "stop_requested_at": self.stop_requested_at,
-                "gpu_memory_peak_bytes": self.gpu_peak_bytes,
-                "enforced_by": self.enforced_by}
+                "gpu_memory_peak_bytes": self.gpu_peak_bytes, "gpu_memory_limit": gpu_memory_limit,
+                "enforced_by": enforced_by}
 
 
 def kill_tree(pids: list[int]) -> None:

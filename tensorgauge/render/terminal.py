@@ -108,9 +108,11 @@ def gpu_budget_note(budget: dict) -> str:
         note = f" (TensorFlow memory_limit on {applied.get('gpus')} GPU(s))"
     peak = budget.get("gpu_memory_peak_bytes")
     if peak is not None:
-        over = peak > budget["max_gpu_memory_bytes"]
-        note += (f", job's peak {format_bytes(peak)} (NVML)" + (" [red]over the budget[/red]: TensorFlow's limit "
-                 "leaves out the CUDA context and memory taken outside TensorFlow" if over else ""))
+        note += f", job's peak {format_bytes(peak)} (NVML)"
+        if peak > budget["max_gpu_memory_bytes"]:
+            note += " [red]over the budget[/red]" + (
+                ": TensorFlow's limit leaves out the CUDA context and memory taken outside TensorFlow"
+                if applied and applied.get("gpus") and not applied.get("error") else "")
     return note
 
 
