@@ -106,3 +106,29 @@ def test_job_strings_show_up_as_text(two_runs, tmp_path):
 def test_report_of_an_unknown_run_is_one_line(store_path, capsys):
     assert main(["report", "nope", "-o", "x.html"]) == 2
     assert "Traceback" not in capsys.readouterr().err
+
+
+@needs_report
+@needs_browser
+def test_gpu_chart_renders(two_runs, tmp_path):
+    """The GPU chart (utilisation over memory, device and job), from a recorded run given GPU readings:
+    no GPU here, so NVML's readings are made up; the chart and the page are real."""
+    from tensorgauge.model import GpuReading
+    from tensorgauge.render.html import run_page
+    from tensorgauge.report import RunReport
+    from tensorgauge.store import Store
+
+    store = Store.open(two_runs)
+    record = store.run("first")
+    samples = store.samples(record.run_id)
+    for i, s in enumerate(samples):
+        s.gpus = [GpuReading(index=0, name="H100", util_percent=float(i % 100), memory_used_bytes=(2 + i % 3) << 30,
+                             memory_total_bytes=80 << 30, job_memory_bytes=(1 + i % 3) << 30)]
+    page = tmp_path / "gpu.html"
+    page.write_text(run_page(RunReport.build(record, samples, store.events(record.run_id))))
+    specs = specs_in(page)
+    assert "c-gpu" in specs
+    assert {f for chart in specs["c-gpu"]["vconcat"] for f in chart.get("transform", [{}])[0].get("fold", [])} == \
+        {"gpu_mem_gib", "gpu_job_gib"}
+    dom, console = open_in_chromium(page, ARTIFACTS / "report-gpu.png")
+    assert console == [] and rendered_charts(dom) == set(specs)

@@ -8,6 +8,7 @@ one-second spike in a one-hour run still shows.
 from __future__ import annotations
 
 import bisect
+import json
 import math
 from collections import Counter
 
@@ -54,6 +55,9 @@ def series(samples: list[Sample], wall: float) -> list[dict]:
         if gpus:
             row["gpu_util_peak"] = max((g.util_percent or 0.0) for g in gpus)
             row["gpu_mem_gib"] = _r(max((g.memory_used_bytes or 0) for g in gpus) / 2**30)
+            job = [g.job_memory_bytes for g in gpus if g.job_memory_bytes is not None]
+            if job:
+                row["gpu_job_gib"] = _r(max(job) / 2**30)
         rows.append(row)
     return rows
 
@@ -142,6 +146,13 @@ def _bands_layer(bands: list[dict], wall: float) -> dict:
                                      {"field": "end", "title": "to s"}]}}
 
 
+def _series_stroke(fields: list[tuple[str, str]], title: str) -> dict:
+    """A line per folded field, its legend showing each field's label."""
+    labels = json.dumps(dict(fields))
+    return {"field": "series", "type": "nominal", "title": title,
+            "legend": {"labelExpr": f"{labels}[datum.label] || datum.label"}}
+
+
 def cores_chart(rows: list[dict], bands: list[dict], ends: list[float], wall: float, allowed: float | None) -> dict:
     layers = [_bands_layer(bands, wall),
               {"data": {"values": rows}, "mark": {"type": "area", "opacity": 0.3, "color": "#4c78a8"},
@@ -202,18 +213,27 @@ def memory_chart(rows: list[dict], bands: list[dict], wall: float) -> dict:
                        "transform": [{"fold": [f for f, _ in fields], "as": ["series", "gib"]}],
                        "mark": "line",
                        "encoding": {"x": _x(wall), "y": {"field": "gib", "type": "quantitative", "title": "GiB"},
-                                    "stroke": {"field": "series", "type": "nominal", "title": "memory"}}}]}
+                                    "stroke": _series_stroke(fields, "memory")}}]}
 
 
-def gpu_chart(rows: list[dict], wall: float) -> dict | None:
-    if not any("gpu_util_peak" in r for r in rows):
+def gpu_chart(rows: list[dict], bands: list[dict], wall: float) -> dict | None:
+    """GPU utilisation (%) above GPU memory (GiB: the device's, and the job's own where NVML says)."""
+    values = [r for r in rows if "gpu_util_peak" in r]
+    if not values:
         return None
-    return {"$schema": SCHEMA, "width": WIDTH, "height": 140, "title": "GPU (peak per bin over all GPUs)",
-            "data": {"values": [r for r in rows if "gpu_util_peak" in r]},
-            "transform": [{"fold": ["gpu_util_peak", "gpu_mem_gib"], "as": ["series", "value"]}],
-            "mark": "line",
-            "encoding": {"x": _x(wall), "y": {"field": "value", "type": "quantitative", "title": "% / GiB"},
-                         "color": {"field": "series", "type": "nominal"}}}
+    memory = [("gpu_mem_gib", "device used")] + ([("gpu_job_gib", "the job's own")]
+                                                  if any("gpu_job_gib" in r for r in values) else [])
+    return {"$schema": SCHEMA, "title": "GPU (peak per bin over all GPUs)", "data": {"values": values},
+            "vconcat": [
+                {"width": WIDTH, "height": 110,
+                 "layer": [_bands_layer(bands, wall),
+                           {"mark": "line", "encoding": {
+                               "x": _x(wall), "y": {"field": "gpu_util_peak", "type": "quantitative",
+                                                    "title": "utilisation %", "scale": {"domain": [0, 100]}}}}]},
+                {"width": WIDTH, "height": 110, "transform": [{"fold": [f for f, _ in memory], "as": ["series", "gib"]}],
+                 "mark": "line",
+                 "encoding": {"x": _x(wall), "y": {"field": "gib", "type": "quantitative", "title": "GiB"},
+                              "stroke": _series_stroke(memory, "GPU memory")}}]}
 
 
 def histogram_chart(bars: list[dict]) -> dict | None:
@@ -248,6 +268,6 @@ def run_charts(report) -> dict[str, dict]:
               "steps": step_rate_chart(ends, wall),
               "heatmap": heatmap_chart(heatmap(report.samples, wall), wall),
               "memory": memory_chart(rows, bands, wall),
-              "gpu": gpu_chart(rows, wall),
+              "gpu": gpu_chart(rows, bands, wall),
               "histogram": histogram_chart(histogram(step_seconds(report.events)))}
     return {k: v for k, v in charts.items() if v is not None}

@@ -20,6 +20,7 @@ from pathlib import Path
 from tensorgauge import __version__
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.render import charts
+from tensorgauge.render.phase_columns import phase_columns
 from tensorgauge.units import format_bytes, format_seconds
 
 STYLE = """
@@ -75,19 +76,18 @@ def _json_for_script(value) -> str:
 
 
 def _phase_table(report) -> str:
+    shown = report.phases[:300]
+    columns = phase_columns(shown, report.record.wall_seconds or 0.0)
     depths: list[int] = []
     rows = []
-    for p in report.phases[:300]:
+    for p in shown:
         depth = depths[p.parent] + 1 if p.parent is not None and p.parent < len(depths) else 0
         depths.append(depth)
-        rows.append(f"<tr><td style='padding-left:{10 + 16 * depth}px'>{_e(p.name)}</td><td>{p.start:.2f}</td>"
-                    f"<td>{_e(format_seconds(p.wall_seconds))}</td><td>{p.cpu_seconds:.2f}</td>"
-                    f"<td>{p.cores_busy_mean:.2f}</td><td>{_e(format_bytes(p.rss_peak_bytes))}</td>"
-                    f"<td>{p.steps or ''}</td><td>{_e(format_seconds(p.step_seconds_p50)) if p.step_seconds_p50 else ''}"
-                    "</td></tr>")
+        rows.append(f"<tr><td style='padding-left:{10 + 16 * depth}px'>{_e(p.name)}</td>"
+                    + "".join(f"<td>{_e(cell(p))}</td>" for _, cell in columns) + "</tr>")
     more = f"<p class='meta'>... and {len(report.phases) - 300} more phases</p>" if len(report.phases) > 300 else ""
-    return ("<table><tr><th>phase</th><th>start s</th><th>wall</th><th>CPU-s</th><th>cores</th><th>RSS peak</th>"
-            "<th>steps</th><th>step p50</th></tr>" + "".join(rows) + "</table>" + more)
+    header = "<tr><th>phase</th>" + "".join(f"<th>{_e(h)}</th>" for h, _ in columns) + "</tr>"
+    return "<table>" + header + "".join(rows) + "</table>" + more
 
 
 def _findings(report) -> str:

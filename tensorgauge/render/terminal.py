@@ -10,8 +10,9 @@ from rich.table import Table
 
 from tensorgauge.analyse.account import account
 from tensorgauge.model import Phase, RunRecord
+from tensorgauge.render.phase_columns import phase_columns
 from tensorgauge.report import RunReport
-from tensorgauge.units import format_bytes, format_seconds, format_share
+from tensorgauge.units import format_bytes, format_seconds
 
 
 def command_text(command: list[str], width: int | None = None) -> str:
@@ -59,40 +60,17 @@ def _depths(phases: list[Phase]) -> list[int]:
 
 def phase_table(phases: list[Phase], wall_seconds: float, max_rows: int = 60) -> Table:
     table = Table(box=None, header_style="bold", title="Phases", title_justify="left", title_style="bold")
-    columns = ["phase", "start", "wall", "wall %", "CPU-s", "cores", "peak", "RSS peak", "steps", "steps/s",
-               "step p50"]
-    gpu = any(p.gpu_util_mean is not None or p.gpu_memory_peak_bytes is not None for p in phases)
-    if gpu:  # only where NVML read a GPU
-        columns += ["GPU %", "GPU peak %", "GPU mem peak"]
-    for column in columns:
-        table.add_column(column, justify="left" if column == "phase" else "right", no_wrap=True,
-                         overflow="ellipsis")
-    depths = _depths(phases)
-    shown = 0
-    for phase, depth in zip(phases, depths):
-        # Long runs have many epochs: show the first and last few of each parent's epochs.
+    columns = phase_columns(phases, wall_seconds)
+    table.add_column("phase", no_wrap=True, overflow="ellipsis")
+    for header, _ in columns:
+        table.add_column(header, justify="right", no_wrap=True, overflow="ellipsis")
+    for shown, (phase, depth) in enumerate(zip(phases, _depths(phases))):
         if shown >= max_rows:
-            table.add_row(f"… {len(phases) - shown} more (tensorgauge show RUN --json)", *[""] * (len(columns) - 1))
+            table.add_row(f"… {len(phases) - shown} more (tensorgauge show RUN --json)", *[""] * len(columns))
             break
-        steps_per_s = (phase.steps / phase.wall_seconds
-                       if phase.steps and phase.wall_seconds > 0 else None)
         name = "  " * depth + escape(phase.name) + ("" if phase.complete else " [red](cut)[/red]")
-        cells = [
-            name, f"{phase.start:.2f}", format_seconds(phase.wall_seconds),
-            format_share(phase.wall_seconds, wall_seconds), f"{phase.cpu_seconds:.2f}",
-            f"{phase.cores_busy_mean:.2f}", f"{phase.cores_busy_peak:.2f}", format_bytes(phase.rss_peak_bytes),
-            str(phase.steps) if phase.steps else "", f"{steps_per_s:.1f}" if steps_per_s else "",
-            format_seconds(phase.step_seconds_p50) if phase.step_seconds_p50 else ""]
-        if gpu:
-            cells += [_percent(phase.gpu_util_mean), _percent(phase.gpu_util_peak),
-                      format_bytes(phase.gpu_memory_peak_bytes) if phase.gpu_memory_peak_bytes is not None else ""]
-        table.add_row(*cells)
-        shown += 1
+        table.add_row(name, *(cell(phase) for _, cell in columns))
     return table
-
-
-def _percent(value: float | None) -> str:
-    return "" if value is None else f"{value:.0f}"
 
 
 def gpu_budget_note(budget: dict) -> str:
