@@ -130,5 +130,6 @@ def test_gpu_chart_renders(two_runs, tmp_path):
     assert "c-gpu" in specs
     assert {f for chart in specs["c-gpu"]["vconcat"] for f in chart.get("transform", [{}])[0].get("fold", [])} == \
         {"gpu_mem_gib", "gpu_job_gib"}
+    assert any(r.get("mem_used_gib") for r in specs["c-memory"]["layer"][1]["data"]["values"])  # machine memory
     dom, console = open_in_chromium(page, ARTIFACTS / "report-gpu.png")
     assert console == [] and rendered_charts(dom) == set(specs)

@@ -146,6 +146,12 @@ def _bands_layer(bands: list[dict], wall: float) -> dict:
                                      {"field": "end", "title": "to s"}]}}
 
 
+def _fold(fields: list[tuple[str, str]]) -> list[dict]:
+    """One row per field and bin, as (series, gib); a field read less often (machine memory,
+    once a second) leaves no gaps: its missing bins are dropped, not drawn as breaks."""
+    return [{"fold": [f for f, _ in fields], "as": ["series", "gib"]}, {"filter": "isValid(datum.gib)"}]
+
+
 def _series_stroke(fields: list[tuple[str, str]], title: str) -> dict:
     """A line per folded field, its legend showing each field's label."""
     labels = json.dumps(dict(fields))
@@ -210,7 +216,7 @@ def memory_chart(rows: list[dict], bands: list[dict], wall: float) -> dict:
     return {"$schema": SCHEMA, "width": WIDTH, "height": 160, "title": "Memory (GiB, peak per bin)",
             "layer": [_bands_layer(bands, wall),
                       {"data": {"values": rows},
-                       "transform": [{"fold": [f for f, _ in fields], "as": ["series", "gib"]}],
+                       "transform": _fold(fields),
                        "mark": "line",
                        "encoding": {"x": _x(wall), "y": {"field": "gib", "type": "quantitative", "title": "GiB"},
                                     "stroke": _series_stroke(fields, "memory")}}]}
@@ -227,10 +233,10 @@ def gpu_chart(rows: list[dict], bands: list[dict], wall: float) -> dict | None:
             "vconcat": [
                 {"width": WIDTH, "height": 110,
                  "layer": [_bands_layer(bands, wall),
-                           {"mark": "line", "encoding": {
+                           {"mark": {"type": "line", "color": "#54a24b"}, "encoding": {
                                "x": _x(wall), "y": {"field": "gpu_util_peak", "type": "quantitative",
                                                     "title": "utilisation %", "scale": {"domain": [0, 100]}}}}]},
-                {"width": WIDTH, "height": 110, "transform": [{"fold": [f for f, _ in memory], "as": ["series", "gib"]}],
+                {"width": WIDTH, "height": 110, "transform": _fold(memory),
                  "mark": "line",
                  "encoding": {"x": _x(wall), "y": {"field": "gib", "type": "quantitative", "title": "GiB"},
                               "stroke": _series_stroke(memory, "GPU memory")}}]}

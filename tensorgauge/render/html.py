@@ -28,7 +28,7 @@ body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px 
 h1{font-size:1.4em;margin-bottom:0}h2{font-size:1.15em;margin-top:2em;border-bottom:1px solid #ddd}
 .meta{color:#555;margin:.3em 0}.chart{margin:1em 0}code{background:#f4f4f4;padding:1px 4px}
 table{border-collapse:collapse;font-size:.9em}td,th{padding:2px 10px;text-align:right;border-bottom:1px solid #eee}
-td:first-child,th:first-child{text-align:left}.finding{margin:.8em 0;padding:.5em .8em;border-left:4px solid #999}
+td:first-child,th:first-child{text-align:left}td:not(:first-child){white-space:nowrap}.finding{margin:.8em 0;padding:.5em .8em;border-left:4px solid #999}
 .high{border-color:#d62728}.moderate{border-color:#ff7f0e}.low,.info{border-color:#1f77b4}
 details{margin:.5em 0}
 """
