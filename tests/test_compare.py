@@ -66,3 +66,10 @@ def test_same_machine_two_runs_compare_phase_by_phase():
     assert [r.name for r in result.unexplained] == ["fit"]
     doc = result.to_dict()
     assert doc["schema"] == "tensorgauge.compare/1" and doc["a"]["run_id"] == "r-a"
+
+
+def test_slowdown_words():
+    from tensorgauge.analyse.compare import format_slowdown
+
+    assert [format_slowdown(s) for s in (1.0, 1.004, 2.0, 0.5)] == ["the same", "the same", "2.00x slower",
+                                                                       "2.00x faster"]

@@ -59,6 +59,14 @@ def test_account_without_phases():
     assert "No TensorFlow phases" in account([], summary, 1.0, None)[-1]
 
 
+def test_account_names_the_users_own_phases_in_words():
+    from tensorgauge.model import Phase
+
+    summary = summarise(run_record(wall_seconds=2.0, cpu_seconds_total=1.0), [])
+    phases = [Phase(name="augment", kind="custom", start=0.1, end=1.9, cpu_seconds=0.9)]
+    assert "Most of the time went to your own phases (tensorgauge.phase)" in account(phases, summary, 2.0, None)[1]
+
+
 def test_memory_findings_name_the_data_set_the_growth_and_the_budget_stop():
     from tensorgauge.analyse.memory import memory_findings
 

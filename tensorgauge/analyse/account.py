@@ -7,6 +7,9 @@ from tensorgauge.model import Event, Phase, Summary
 from tensorgauge.units import format_bytes, format_seconds, format_share
 
 
+KIND_WORDS = {"custom": "your own phases (tensorgauge.phase)"}
+
+
 def _kind_totals(phases: list[Phase], kind: str) -> tuple[float, float, int]:
     """(wall, CPU-s, count) of the top-most phases of ``kind`` (not counted twice when nested)."""
     wall = cpu = 0.0
@@ -54,7 +57,7 @@ def account(phases: list[Phase], summary: Summary, wall_seconds: float, cores_al
             by_kind.append((kind, wall, cpu, count))
     biggest = max(by_kind, key=lambda k: k[1])
     kind, wall, cpu, count = biggest
-    lines.append(f"Most of the time went to {kind} ({format_seconds(wall)}, {format_share(wall, wall_seconds)} "
+    lines.append(f"Most of the time went to {KIND_WORDS.get(kind, kind)} ({format_seconds(wall)}, {format_share(wall, wall_seconds)} "
                  f"of the run, {cpu:.2f} CPU-s).")
     import_wall = next((k[1] for k in by_kind if k[0] == "import"), 0.0)
     fit_wall = next((k[1] for k in by_kind if k[0] == "fit"), 0.0)

@@ -220,7 +220,9 @@ def format_value(v: Any) -> str:
 
 
 def format_slowdown(slowdown: float) -> str:
-    return f"{slowdown:.2f}x slower" if slowdown >= 1 else f"{1 / slowdown:.2f}x faster"
+    if round(slowdown, 2) == 1.0:
+        return "the same"
+    return f"{slowdown:.2f}x slower" if slowdown > 1 else f"{1 / slowdown:.2f}x faster"
 
 
 def compare(a: Side, b: Side) -> Comparison:
