@@ -249,6 +249,7 @@ def cmd_demo(args) -> int:
 def cmd_devices(args) -> int:
     from tensorgauge.analyse.placement import summarise_audit
     from tensorgauge.placement import audit_model, model_format
+    from tensorgauge.sources.fingerprint import driver_gpus
     from tensorgauge.render.terminal import render_devices
 
     model_format(Path(args.path))  # a missing file or a non-model is named first, TensorFlow or not
@@ -259,7 +260,7 @@ def cmd_devices(args) -> int:
     progress = None if args.json else lambda line: _console(stderr=True).print(f"[dim]tensorgauge: {line}[/dim]")
     raw = audit_model(args.path, device=args.device, input_shapes=args.input_shape, logical_cpus=args.logical_cpus,
                       progress=progress)
-    result = summarise_audit({**raw, "path": str(args.path)})
+    result = summarise_audit({**raw, "path": str(args.path)}, driver_gpus())
     if args.json:
         _write_text(json.dumps(result, indent=2), args.json)
         if args.json == "-":

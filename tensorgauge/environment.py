@@ -8,14 +8,11 @@ import importlib.util
 from typing import Callable
 
 from tensorgauge.hook import tfinfo
-from tensorgauge.sources.fingerprint import host_fingerprint
-from tensorgauge.sources.nvml import open_gpus
+from tensorgauge.sources.fingerprint import driver_gpus, host_fingerprint
 
 
 def environment(progress: Callable[[str], None] | None = None) -> dict:
-    gpus = open_gpus()
-    host = {**host_fingerprint(), "gpus": gpus.names}
-    gpus.close()
+    host = {**host_fingerprint(), "gpus": driver_gpus()["gpus"]}
     if importlib.util.find_spec("numpy") is not None:
         import numpy  # noqa: F401  (loaded, so its BLAS is listed)
     job = tfinfo.python_facts()

@@ -37,6 +37,17 @@ def test_cpu_only_machine_flags_nothing_and_says_why():
     assert result["top_ops_by_device"]["GPU:0"][0]["type"] == "volta_sgemm"  # a GPU plane's kernel
 
 
+def test_audit_on_a_gpu_machine_with_a_cpu_only_tensorflow_names_the_build():
+    cpu_build = {**raw(["/device:CPU:0"]), "tf_build": {"is_cuda_build": False}}
+    result = summarise_audit(cpu_build, {"gpus": ["NVIDIA H200"], "nvidia_driver": "580.159.04"})
+    (finding,) = result["findings"]
+    assert finding["id"] == "gpu_not_visible" and "CPU-only build" in finding["title"]
+    assert "tensorflow[and-cuda]" in finding["fix"] and "see gpu_not_visible" in result["note"]
+    assert result["driver_gpus"] == ["NVIDIA H200"]
+    no_driver = summarise_audit(cpu_build, {"gpus": [], "nvidia_driver": None})
+    assert no_driver["findings"] == [] and "No GPU exists here" in no_driver["note"]
+
+
 def test_weights_and_ops_on_the_cpu_while_a_gpu_is_visible():
     where = summarise_audit({**raw(["/device:CPU:0", "/device:GPU:0"]), "load_device": "/CPU:0"})
     ids = [f["id"] for f in where["findings"]]

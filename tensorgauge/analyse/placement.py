@@ -30,8 +30,10 @@ def _op_device(event: dict, node_devices: dict[str, str]) -> str:
     return plane.rsplit("device:", 1)[-1] if plane.startswith("/device:") else "CPU:0"
 
 
-def summarise_audit(raw: dict) -> dict:
-    """The ``devices`` result (schema ``tensorgauge.devices/1``) from the audit's raw facts."""
+def summarise_audit(raw: dict, host: dict | None = None) -> dict:
+    """The ``devices`` result (schema ``tensorgauge.devices/1``) from the audit's raw facts;
+    ``host``: the driver's view ({"gpus": NVML names, "nvidia_driver"}), to tell a machine
+    without a GPU from one whose GPU TensorFlow cannot see."""
     variables = raw.get("variables") or []
     weights: dict[str, dict[str, int]] = defaultdict(lambda: {"bytes": 0, "variables": 0})
     for v in variables:
@@ -59,8 +61,14 @@ def summarise_audit(raw: dict) -> dict:
               "load_device": raw.get("load_device"), "probe_input_shapes": raw.get("probe_input_shapes"),
               "variables": variables, "weights_by_device": dict(weights), "ops_by_device": dict(counts),
               "top_ops_by_device": top, "cpu_fallback_ops": fallbacks}
-    result["findings"] = [f.to_dict() for f in audit_findings(result, raw)]
-    result["note"] = None if gpus else "No GPU exists here (TensorFlow lists none): everything runs on the CPU."
+    hidden = gpu_not_visible(host or {}, {"tf_build": raw.get("tf_build"), "devices_physical": raw.get("devices"),
+                                          "gpus_visible": len(gpus)})
+    result["driver_gpus"] = (host or {}).get("gpus") or []
+    result["findings"] = [f.to_dict() for f in ([hidden] if hidden else []) + audit_findings(result, raw)]
+    result["note"] = (None if gpus else
+                      "TensorFlow lists no GPU although the driver shows one: everything runs on the CPU "
+                      "(see gpu_not_visible)." if hidden else
+                      "No GPU exists here (TensorFlow lists none): everything runs on the CPU.")
     return result
 
 
@@ -108,7 +116,7 @@ def variables_on_cpu(on_cpu: int, total: int, load_device: str | None) -> Findin
         expected_gain="no host-to-GPU copy of the weights in every call")
 
 
-def _gpu_reason(record: RunRecord, job: dict) -> tuple[str, str]:
+def _gpu_reason(host: dict, job: dict) -> tuple[str, str]:
     """Why TensorFlow cannot see the driver's GPU, and the fix."""
     build = job.get("tf_build") or {}
     if build.get("is_cuda_build") is False or (job.get("tf_build") is not None and not build.get("cuda_version")):
@@ -116,7 +124,7 @@ def _gpu_reason(record: RunRecord, job: dict) -> tuple[str, str]:
                 f"Install a CUDA build: {INSTALL_CUDA} (Linux), then check with "
                 "python -c \"import tensorflow as tf; print(tf.config.list_physical_devices('GPU'))\".")
     cuda, cudnn = build.get("cuda_version"), build.get("cudnn_version")
-    driver = (record.env.get("host") or {}).get("nvidia_driver")
+    driver = host.get("nvidia_driver")
     return (f"TensorFlow was built for CUDA {cuda} / cuDNN {cudnn} and could not load them with driver {driver}: "
             "the CUDA or cuDNN libraries are missing or of another version, or the driver is too old for that CUDA",
             f"Install the matching libraries with {INSTALL_CUDA} (it pins CUDA {cuda} and cuDNN {cudnn}), or "
@@ -124,21 +132,25 @@ def _gpu_reason(record: RunRecord, job: dict) -> tuple[str, str]:
             "could not load.")
 
 
+def gpu_not_visible(host: dict, job: dict) -> Finding | None:
+    """The driver (NVML) shows a GPU, TensorFlow lists none: why, and the fix."""
+    if not host.get("gpus") or job.get("gpus_visible") != 0:
+        return None
+    reason, fix = _gpu_reason(host, job)
+    return Finding(id="gpu_not_visible", severity="high",
+                   title=f"The NVIDIA driver ({host.get('nvidia_driver')}) shows {', '.join(host['gpus'])} "
+                         f"but TensorFlow does not: {reason}",
+                   evidence={"nvidia_driver": host.get("nvidia_driver"), "gpus": host["gpus"],
+                             "tf_build": job.get("tf_build"), "devices_physical": job.get("devices_physical")},
+                   fix=fix, expected_gain=None)
+
+
 def placement_findings(record: RunRecord, events: list[Event], phases: list[Phase]) -> list[Finding]:
     """Placement findings for a recorded run."""
     host, job = record.env.get("host") or {}, record.env.get("job") or {}
-    driver_gpus = bool(host.get("gpus"))
     visible = job.get("gpus_visible")
-    findings = []
-    if driver_gpus and visible == 0:
-        reason, fix = _gpu_reason(record, job)
-        findings.append(Finding(id="gpu_not_visible", severity="high",
-                                title=f"The NVIDIA driver ({host.get('nvidia_driver')}) shows {', '.join(host['gpus'])} "
-                                      f"but TensorFlow does not: {reason}",
-                                evidence={"nvidia_driver": host.get("nvidia_driver"), "gpus": host["gpus"],
-                                          "tf_build": job.get("tf_build"),
-                                          "devices_physical": job.get("devices_physical")},
-                                fix=fix, expected_gain=None))
+    hidden = gpu_not_visible(host, job)
+    findings = [hidden] if hidden else []
     if not visible:
         return findings
     placed = [e.data for e in events if e.kind == "placement"]

@@ -99,3 +99,13 @@ def _os_release() -> str | None:
         return platform.freedesktop_os_release().get("PRETTY_NAME")
     except (OSError, AttributeError):
         return None
+
+
+def driver_gpus() -> dict:
+    """What the NVIDIA driver shows, TensorFlow or not: {"gpus": NVML's names, "nvidia_driver": version}."""
+    from tensorgauge.sources.nvml import open_gpus
+
+    gpus = open_gpus()
+    names = gpus.names
+    gpus.close()
+    return {"gpus": names, "nvidia_driver": nvidia_driver_version()}
