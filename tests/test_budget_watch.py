@@ -78,3 +78,18 @@ def test_gpu_budget_is_verified_against_the_jobs_own_gpu_memory(tmp_path):
     over = shown({**no_tf, "gpu_memory_peak_bytes": 3 << 30})
     assert "not applied: the job did not import TensorFlow" in over and "over the budget" in over
     assert "CUDA context" not in over
+
+
+def test_a_gpu_budget_nothing_could_apply_says_so(tmp_path):
+    from rich.console import Console
+
+    from tensorgauge.render.terminal import render_budget
+
+    watch = BudgetWatch(Budget(max_gpu_memory_bytes=2 << 30), str(tmp_path / "stop"), None)
+    watch.check(sample(1.0, 100 * MIB), lambda: None)  # no GPU readings at all
+    result = watch.result(None, 0, False, None, {"gpus": 0, "error": None})
+    assert result["enforced_by"] == [] and result["gpu_memory_peak_bytes"] is None
+    console = Console(record=True, width=300)
+    render_budget(console, result)
+    text = console.export_text()
+    assert "no GPU visible to TensorFlow: nothing to limit" in text and "enforced by nothing" in text

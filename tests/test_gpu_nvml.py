@@ -64,7 +64,7 @@ def test_nvml_samples_a_gpu_job_phase_by_phase(store_path, tmp_path, capsys):
     capsys.readouterr()
     assert main(["show", doc["run_id"]]) == 0
     shown = capsys.readouterr().out
-    assert "GPU %" in shown and "GPU mem peak" in shown and GPUS[0] in shown
+    assert "GPU %" in shown and "GPU mem" in shown and GPUS[0] in shown
 
     from tensorgauge.render.charts import run_charts
     from tensorgauge.report import RunReport

@@ -100,7 +100,7 @@ def test_phase_table_shows_gpu_columns_only_where_a_gpu_was_read():
     console = Console(record=True, width=200)
     console.print(phase_table(build_phases(events, with_gpu, end=2.0), 2.0))
     text = console.export_text()
-    assert "GPU %" in text and "GPU mem peak" in text
+    assert "GPU %" in text and "GPU mem" in text
     matmul_row = next(line for line in text.splitlines() if line.strip().startswith("matmul"))
     assert matmul_row.split()[-4:] == ["90", "90", "900", "B"]  # mean, peak, memory peak of the busy phase
     console = Console(record=True, width=200)

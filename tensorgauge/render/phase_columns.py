@@ -33,8 +33,8 @@ def phase_columns(phases: list[Phase], wall_seconds: float) -> list[tuple[str, C
     if any(p.gpu_util_mean is not None or p.gpu_memory_peak_bytes is not None for p in phases):
         columns += [
             ("GPU %", lambda p: _percent(p.gpu_util_mean)),
-            ("GPU peak %", lambda p: _percent(p.gpu_util_peak)),
-            ("GPU mem peak", lambda p: format_bytes(p.gpu_memory_peak_bytes) if p.gpu_memory_peak_bytes is not None
+            ("GPU pk %", lambda p: _percent(p.gpu_util_peak)),
+            ("GPU mem", lambda p: format_bytes(p.gpu_memory_peak_bytes) if p.gpu_memory_peak_bytes is not None
              else ""),
         ]
     return columns

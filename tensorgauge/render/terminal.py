@@ -102,7 +102,8 @@ def render_budget(console: Console, budget: dict) -> None:
         parts.append(f"{budget['max_cpus']:g} CPUs")
     if budget.get("max_gpu_memory_bytes"):
         parts.append(f"GPU memory {format_bytes(budget['max_gpu_memory_bytes'])}{gpu_budget_note(budget)}")
-    console.print(f"  budget   {', '.join(parts)}; enforced by {escape(', '.join(budget.get('enforced_by') or []))}")
+    enforced = ", ".join(budget.get("enforced_by") or []) or "nothing (no limit could apply)"
+    console.print(f"  budget   {', '.join(parts)}; enforced by {escape(enforced)}")
     if budget.get("stopped"):
         console.print(f"  [yellow]stopped: {escape(str(budget.get('reason')))}[/yellow]")
         if budget.get("checkpoint"):
