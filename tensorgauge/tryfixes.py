@@ -5,18 +5,23 @@ The job runs once as it is and once per applicable fix (see
 ``fit`` (3 warm-up steps, then ``steps`` timed ones). Which fixes apply is read
 from the baseline run: tf.data fixes when fit gets a Dataset, ``no_eager``
 when it runs eagerly, ``threads`` when its thread pools are smaller than the
-CPUs allowed. Every window is a stored run of its own.
+CPUs allowed. ``cache`` is timed in the second epoch, once the first has
+filled the cache, and only where that is sound and affordable: a finite
+pipeline whose functions draw no random numbers, fit for two epochs or more,
+the cache under a quarter of the RAM and the first epoch under two minutes.
+Every window is a stored run of its own.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from tensorgauge.errors import TensorgaugeError
-from tensorgauge.hook.fixes import FIX_ENV, WINDOW_ENV
+from tensorgauge.hook.fixes import FIX_ENV, WARMUP_ENV, WARMUP_STEPS, WINDOW_ENV
+from tensorgauge.units import format_bytes
 from tensorgauge.runner import run
 from tensorgauge.store import Store
 
@@ -24,12 +29,15 @@ CANDIDATES = {
     "parallel_map": "map(num_parallel_calls=tf.data.AUTOTUNE)",
     "prefetch": "dataset.prefetch(tf.data.AUTOTUNE) before fit",
     "parallel_map,prefetch": "both of the above",
+    "cache": ".cache() after each map (sound for a deterministic map)",
     "no_eager": "model.run_eagerly = False, tf.config.run_functions_eagerly(False)",
     "threads": "TensorFlow's thread pools sized to the CPUs allowed",
 }
 
 
 LIMIT_REACHED = 1.15  # a step this close to the compute-only step (ratio) has reached it
+CACHE_MAX_RAM_SHARE = 0.25  # the cache trial holds the whole data set in memory
+CACHE_MAX_EPOCH_SECONDS = 120.0  # ... and runs one whole epoch before its window
 
 
 @dataclass
@@ -40,6 +48,7 @@ class Trial:
     step_seconds_median: float | None
     speedup: float | None = None  # baseline step / this step
     reaches_limit: bool | None = None  # step within LIMIT_REACHED of the compute-only limit
+    caveat: str | None = None  # what the timing cannot tell (e.g. whether caching is sound)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -49,10 +58,11 @@ class Trial:
 class Trials:
     trials: list[Trial]  # the baseline first
     compute_only_step_seconds: float | None  # the limit: the train step on one cached batch
+    not_tried: dict[str, str] = field(default_factory=dict)  # fix -> why it was not timed
 
     def to_dict(self) -> dict:
         return {"schema": "tensorgauge.try_fixes/1", "compute_only_step_seconds": self.compute_only_step_seconds,
-                "trials": [t.to_dict() for t in self.trials]}
+                "trials": [t.to_dict() for t in self.trials], "not_tried": self.not_tried}
 
 
 def _window(store: Store, run_id: str) -> tuple[float | None, dict, float | None]:
@@ -66,17 +76,46 @@ def _window(store: Store, run_id: str) -> tuple[float | None, dict, float | None
     return median, config, statistics.median(probe) if probe else None
 
 
-def applicable(config: dict, job: dict, cores_allowed: float) -> list[str]:
-    fixes = []
+def cache_blocker(config: dict, steps: int, step_seconds: float | None, ram_bytes: int | None) -> str | None:
+    """Why caching the map cannot be timed (or would be unsound) here; None when it can."""
+    batches, size, random = config.get("dataset_batches"), config.get("dataset_bytes"), config.get("dataset_random_ops")
+    if not batches:
+        return "the data set's length is unknown or infinite (repeat()), so there is no second epoch to time"
+    if random is None:
+        return "the pipeline's functions could not be inspected for random ops"
+    if random:
+        return (f"its functions draw random numbers ({', '.join(random)}): a cache would freeze the augmentation; "
+                "cache the deterministic part before the random map instead")
+    if (config.get("epochs") or 1) < 2 or (config["epochs"] - 1) * batches < steps + WARMUP_STEPS:
+        return "fit does not run a second epoch long enough to time"
+    if size is None:
+        return "the size of the data set's elements is unknown, so the memory a cache needs is too"
+    if ram_bytes and size > CACHE_MAX_RAM_SHARE * ram_bytes:
+        return f"the cache would hold {format_bytes(size)}, over a quarter of the RAM"
+    if step_seconds and step_seconds * (batches + WARMUP_STEPS) > CACHE_MAX_EPOCH_SECONDS:
+        return (f"filling it takes a whole epoch, about {step_seconds * batches:.0f} s at the measured step: "
+                "too long for a trial")
+    return None
+
+
+def applicable(config: dict, job: dict, cores_allowed: float, steps: int = 20, step_seconds: float | None = None,
+               ram_bytes: int | None = None) -> tuple[list[str], dict[str, str]]:
+    """The fixes to time, and the fixes not timed with the reason."""
+    fixes, not_tried = [], {}
     if config.get("dataset"):
         fixes += ["parallel_map", "prefetch", "parallel_map,prefetch"]
+        blocker = cache_blocker(config, steps, step_seconds, ram_bytes)
+        if blocker:
+            not_tried["cache"] = blocker
+        else:
+            fixes.append("cache")
     if config.get("run_eagerly") or config.get("functions_run_eagerly"):
         fixes.append("no_eager")
     limits = [n for n in (config.get("intra_op_threads"),
                           int((job.get("thread_env") or {}).get("TF_NUM_INTRAOP_THREADS", 0))) if n]
     if limits and min(limits) < cores_allowed:
         fixes.append("threads")
-    return fixes
+    return fixes, not_tried
 
 
 def try_fixes(command: list[str], store: Store, steps: int = 20,
@@ -91,15 +130,23 @@ def try_fixes(command: list[str], store: Store, steps: int = 20,
     record = store.run(base.record.run_id)
     cores = float(record.env.get("host", {}).get("cores_allowed") or 1)
     trials = [Trial("baseline", "the job as it is", base.record.run_id, base_step, 1.0)]
-    for fix in applicable(config, record.env.get("job") or {}, cores):
-        progress(f"timing the job with {fix}")
+    fixes, not_tried = applicable(config, record.env.get("job") or {}, cores, steps, base_step,
+                                  record.env.get("host", {}).get("ram_bytes"))
+    for fix in fixes:
+        progress(f"timing the job with {fix}" + (" (one epoch fills the cache first)" if fix == "cache" else ""))
         env = {**window, FIX_ENV: fix}
+        caveat = None
         if fix == "threads":
             n = str(max(1, math.floor(cores)))
             env.update({"TF_NUM_INTRAOP_THREADS": n, "TF_NUM_INTEROP_THREADS": n})
+        if fix == "cache":
+            env[WARMUP_ENV] = str(config["dataset_batches"] + WARMUP_STEPS)
+            if config.get("dataset_python_ops"):
+                caveat = ("the map calls Python (numpy_function/py_function), which tensorgauge cannot check for "
+                          "randomness: cache it only if it returns the same result for the same element")
         result = run(command, store, name=f"try-fixes: {fix}", extra_env=env)
         step, _, _ = _window(store, result.record.run_id)
         trials.append(Trial(fix, CANDIDATES[fix], result.record.run_id, step, base_step / step if step else None,
-                            step <= LIMIT_REACHED * limit if step and limit else None))
+                            step <= LIMIT_REACHED * limit if step and limit else None, caveat))
     trials[0].reaches_limit = base_step <= LIMIT_REACHED * limit if limit else None
-    return Trials(trials, limit)
+    return Trials(trials, limit, not_tried)

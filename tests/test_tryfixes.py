@@ -13,12 +13,38 @@ from tensorgauge.tryfixes import Trial, Trials, applicable
 
 
 def test_applicable_fixes_follow_what_fit_was_given():
-    assert applicable({"dataset": True}, {}, 2.0) == ["parallel_map", "prefetch", "parallel_map,prefetch"]
-    assert applicable({"run_eagerly": True}, {}, 2.0) == ["no_eager"]
-    assert applicable({"intra_op_threads": 1}, {}, 2.0) == ["threads"]
-    assert applicable({}, {"thread_env": {"TF_NUM_INTRAOP_THREADS": "1"}}, 4.0) == ["threads"]
-    assert applicable({"intra_op_threads": 2}, {}, 2.0) == []
-    assert applicable({}, {}, 2.0) == []
+    def fixes(config, job=None, cores=2.0):
+        return applicable(config, job or {}, cores)[0]
+
+    assert fixes({"dataset": True}) == ["parallel_map", "prefetch", "parallel_map,prefetch"]  # cache: see below
+    assert fixes({"run_eagerly": True}) == ["no_eager"]
+    assert fixes({"intra_op_threads": 1}) == ["threads"]
+    assert fixes({}, {"thread_env": {"TF_NUM_INTRAOP_THREADS": "1"}}, 4.0) == ["threads"]
+    assert fixes({"intra_op_threads": 2}) == []
+    assert fixes({}) == []
+
+
+CACHEABLE = {"dataset": True, "epochs": 2, "dataset_batches": 40, "dataset_bytes": 665_600,
+             "dataset_random_ops": [], "dataset_python_ops": ["PyFunc"]}
+
+
+def test_cache_is_timed_only_where_sound_and_affordable():
+    def why(**change):
+        fixes, not_tried = applicable({**CACHEABLE, **change}, {}, 2.0, steps=20, step_seconds=0.08,
+                                      ram_bytes=24 << 30)
+        assert ("cache" in fixes) == ("cache" not in not_tried)
+        return not_tried.get("cache")
+
+    assert why() is None
+    assert "random numbers (RandomUniform)" in why(dataset_random_ops=["RandomUniform"])
+    assert "could not be inspected" in why(dataset_random_ops=None)
+    assert "infinite" in why(dataset_batches=None)
+    assert "second epoch" in why(epochs=1)
+    assert "second epoch" in why(dataset_batches=10)  # 10 steps of epoch 2 cannot hold a 23-step window
+    assert why(dataset_batches=10, epochs=4) is None
+    assert "over a quarter of the RAM" in why(dataset_bytes=8 << 30)
+    assert "memory a cache needs" in why(dataset_bytes=None)
+    assert "too long for a trial" in why(dataset_batches=2000)  # 2000 steps at 80 ms: 160 s
 
 
 def test_a_job_without_fit_is_a_clear_error(store_path, capsys):
@@ -57,3 +83,23 @@ def test_render_says_when_no_fix_reaches_the_compute_only_limit():
     assert "Compute-only limit: 7.6 ms" in text and "Best: parallel_map, 1.87x" in text
     assert "No fix reaches the limit" in text and "vectorise" in text
     assert "No fix reaches" not in render(base, Trial("parallel_map", "map(...)", "r2", 0.008, 11.0, True))
+
+
+@needs_tf
+@pytest.mark.tf
+def test_input_bound_job_gets_the_tf_data_fixes_and_cache_timed_in_its_second_epoch(store_path, tmp_path, capsys):
+    out = tmp_path / "fixes.json"
+    assert main(["run", "--try-fixes", "--json", str(out), "--", sys.executable, "-m",
+                 "tensorgauge.scenarios.input_bound"]) == 0
+    result = json.loads(out.read_text())
+    trials = {t["fixes"]: t for t in result["trials"]}
+    assert list(trials) == ["baseline", "parallel_map", "prefetch", "parallel_map,prefetch", "cache"]
+    assert result["not_tried"] == {}
+    # The map costs ~75 ms a batch, the train step ~6 ms: a filled cache removes the map (13x measured).
+    assert trials["cache"]["speedup"] > 3 and trials["cache"]["speedup"] > trials["parallel_map"]["speedup"]
+    assert "numpy_function" in trials["cache"]["caveat"]  # a Python map: randomness cannot be checked
+    events = Store.open(store_path).events(trials["cache"]["run_id"])
+    config = next(e.data for e in events if e.kind == "fit_config")
+    assert config["dataset_batches"] == 40 and config["dataset_bytes"] == 40 * 64 * 65 * 4
+    assert config["epochs"] == 2 and config["dataset_python_ops"] == ["PyFunc"]
+    assert "Note on cache" in capsys.readouterr().out

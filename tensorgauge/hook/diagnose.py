@@ -3,8 +3,10 @@
 Always on (each costs nothing per step):
 
 - ``fit_config`` at each ``fit``: run_eagerly, functions_run_eagerly,
-  jit_compile, steps_per_execution, batch size, whether the input is a
-  ``tf.data.Dataset``.
+  jit_compile, steps_per_execution, batch size, epochs, whether the input is a
+  ``tf.data.Dataset`` and, for one, its batches per epoch and bytes (when
+  known), and the op types of its functions that are random or call Python
+  (``dataset_random_ops``, ``dataset_python_ops``: can its map be cached?).
 - ``trace`` each time a ``tf.function`` is traced (a retrace is a trace of a
   function traced before).
 - ``eager_gradients`` when ``GradientTape.gradient`` has run eagerly (outside
@@ -53,6 +55,7 @@ def send_fit_config(model, args: list, kwargs: dict) -> None:
         if is_dataset and batch_size is None:
             batch_size = _dataset_batch_size(x)
         threading = tf.config.threading if tf else None
+        epochs = kwargs.get("epochs", args[3] if len(args) > 3 else 1)
         channel().emit("fit_config", run_eagerly=bool(getattr(model, "run_eagerly", False)),
                        intra_op_threads=threading.get_intra_op_parallelism_threads() if threading else None,
                        inter_op_threads=threading.get_inter_op_parallelism_threads() if threading else None,
@@ -60,9 +63,72 @@ def send_fit_config(model, args: list, kwargs: dict) -> None:
                        jit_compile=str(getattr(model, "jit_compile", None)),
                        steps_per_execution=int(getattr(model, "steps_per_execution", 1) or 1),
                        batch_size=int(batch_size) if batch_size else (None if is_dataset else 32),
-                       dataset=is_dataset)
+                       epochs=int(epochs) if isinstance(epochs, int) else None,
+                       dataset=is_dataset, **(_dataset_facts(x, batch_size) if is_dataset else {}))
     except Exception:
         pass
+
+
+RANDOM_OPS = ("Random", "Multinomial", "TruncatedNormal")  # op types containing these draw random numbers
+PYTHON_OPS = ("PyFunc", "EagerPyFunc", "NumpyFunction")
+
+
+def _dataset_facts(dataset, batch_size) -> dict:
+    """Batches per epoch and bytes of a finite pipeline (None when unknown), and the random and
+    Python op types in the functions of every stage (map, filter, ...)."""
+    facts: dict = {"dataset_batches": None, "dataset_bytes": None, "dataset_random_ops": None,
+                   "dataset_python_ops": None}
+    try:
+        import numpy as np
+        import tensorflow as tf
+
+        batches = int(dataset.cardinality())
+        if batches >= 0:
+            facts["dataset_batches"] = batches
+            batch = batch_size or _batch_stage_size(dataset)
+            sizes = []
+            for spec in tf.nest.flatten(dataset.element_spec):
+                dims = [batch if i == 0 and d is None else d for i, d in enumerate(spec.shape.as_list())]
+                sizes.append(None if None in dims else int(np.prod(dims, dtype=np.int64)) * spec.dtype.size)
+            if None not in sizes:
+                facts["dataset_bytes"] = sum(sizes) * batches
+        ops = _pipeline_ops(dataset)
+        facts["dataset_random_ops"] = sorted(o for o in ops if any(r in o for r in RANDOM_OPS))
+        facts["dataset_python_ops"] = sorted(o for o in ops if o in PYTHON_OPS)
+    except Exception:
+        pass
+    return facts
+
+
+def _batch_stage_size(dataset) -> int | None:
+    """The batch size of the pipeline's last ``batch`` stage (its element spec leaves it None)."""
+    stage = dataset
+    while stage is not None:
+        size = getattr(stage, "_batch_size", None)
+        if size is not None:
+            return int(size)
+        inputs = stage._inputs()
+        stage = inputs[0] if len(inputs) == 1 else None
+    return None
+
+
+def _pipeline_ops(dataset) -> set[str]:
+    """Op types in the functions of the pipeline's stages (private but stable tf.data API:
+    ``_inputs()``, ``_functions()``); the data itself is never serialised."""
+    ops: set[str] = set()
+    seen: set[int] = set()
+    todo = [dataset]
+    while todo:
+        stage = todo.pop()
+        if id(stage) in seen:
+            continue
+        seen.add(id(stage))
+        for wrapper in stage._functions():
+            graph = wrapper.function.graph.as_graph_def()
+            ops |= {node.op for node in graph.node}
+            ops |= {node.op for function in graph.library.function for node in function.node_def}
+        todo.extend(stage._inputs())
+    return ops
 
 
 def _dataset_batch_size(dataset) -> int | None:

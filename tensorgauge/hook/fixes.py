@@ -11,6 +11,9 @@ Fixes:
 - ``parallel_map``: ``Dataset.map`` without ``num_parallel_calls`` gets
   ``tf.data.AUTOTUNE`` (order kept: ``deterministic`` stays as it was).
 - ``prefetch``: a ``tf.data.Dataset`` given to ``fit`` gets ``.prefetch(AUTOTUNE)``.
+- ``cache``: every ``Dataset.map`` is followed by ``.cache()`` (in memory), so
+  each map runs once and later epochs read its results; timed in the second
+  epoch (``$TENSORGAUGE_WINDOW_WARMUP`` steps of warm-up cover the first).
 - ``no_eager``: ``run_eagerly`` off and ``tf.config.run_functions_eagerly(False)``.
 - ``threads``: TensorFlow's thread pools sized to the CPUs allowed (the
   runner sets the environment; in-code ``set_*_parallelism_threads`` calls are ignored).
@@ -27,26 +30,31 @@ from tensorgauge.hook.channel import channel
 
 FIX_ENV = "TENSORGAUGE_FIX"
 WINDOW_ENV = "TENSORGAUGE_WINDOW_STEPS"
+WARMUP_ENV = "TENSORGAUGE_WINDOW_WARMUP"
 WARMUP_STEPS = 3
-FIXES = ("parallel_map", "prefetch", "no_eager", "threads")
+FIXES = ("parallel_map", "prefetch", "cache", "no_eager", "threads")
 
 
 def active() -> set[str]:
     return {f for f in os.environ.get(FIX_ENV, "").split(",") if f in FIXES}
 
 
-def window_steps() -> int:
+def _env_int(name: str, default: int) -> int:
     try:
-        return int(os.environ.get(WINDOW_ENV, "0"))
+        return int(os.environ.get(name, str(default)))
     except ValueError:
-        return 0
+        return default
+
+
+def window_steps() -> int:
+    return _env_int(WINDOW_ENV, 0)
 
 
 def apply_tensorflow(tf) -> None:
     """Fixes that patch TensorFlow right after it is imported."""
     fixes = active()
+    dataset_class = tf.data.Dataset
     if "parallel_map" in fixes:
-        dataset_class = tf.data.Dataset
         original = dataset_class.map
 
         @functools.wraps(original)
@@ -54,6 +62,14 @@ def apply_tensorflow(tf) -> None:
             return original(self, map_func, num_parallel_calls or tf.data.AUTOTUNE, *args, **kwargs)
 
         dataset_class.map = map_parallel
+    if "cache" in fixes:
+        original_map = dataset_class.map
+
+        @functools.wraps(original_map)
+        def map_cached(self, *args, **kwargs):
+            return original_map(self, *args, **kwargs).cache()
+
+        dataset_class.map = map_cached
     if "threads" in fixes:
         threading = tf.config.threading
         threading.set_intra_op_parallelism_threads = lambda n: None
@@ -82,15 +98,16 @@ def window() -> Window | None:
     """The process's timing window (over its first fits), when one was asked for."""
     global _window
     if _window is None and window_steps() > 0:
-        _window = Window(window_steps())
+        _window = Window(window_steps(), max(WARMUP_STEPS, _env_int(WARMUP_ENV, WARMUP_STEPS)))
     return _window
 
 
 class Window:
-    """Times WINDOW_STEPS training steps after a warm-up, then stops training."""
+    """Times ``steps`` training steps after ``warmup`` steps, then stops training."""
 
-    def __init__(self, steps: int):
+    def __init__(self, steps: int, warmup: int = WARMUP_STEPS):
         self.steps = steps
+        self.warmup = warmup
         self.marks: list[float] = []
         self.finished = False
 
@@ -98,8 +115,8 @@ class Window:
         if self.finished:
             return
         self.marks.append(time.monotonic())
-        if len(self.marks) > WARMUP_STEPS + self.steps:
-            timed = self.marks[WARMUP_STEPS:]
+        if len(self.marks) > self.warmup + self.steps:
+            timed = self.marks[self.warmup:]
             channel().emit("try_window", fixes=sorted(active()),
                            step_seconds=[b - a for a, b in zip(timed, timed[1:])])
             self.finished = True

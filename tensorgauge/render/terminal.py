@@ -178,12 +178,22 @@ def render_trials(console: Console, result) -> None:
                       "and TensorFlow may use every CPU allowed.")
         return
     if best is not None and best.speedup > 1.05:
-        console.print(f"Best: {best.fixes}, {best.speedup:.2f}x faster steps ({best.what}).")
+        console.print(f"Best: {best.fixes}, {best.speedup:.2f}x faster steps ({escape(best.what)}).")
     else:
         console.print("None of the fixes made steps faster by more than 5%.")
+    for trial in trials:
+        if trial.caveat:
+            console.print(f"Note on {trial.fixes}: {escape(trial.caveat)}.")
+    for fix, why in result.not_tried.items():
+        console.print(f"Not tried: {fix}, because {escape(why)}.")
     if limit and not any(t.reaches_limit for t in trials):
-        console.print("No fix reaches the limit: the input work itself is the cost. Do less of it per element: "
-                      ".cache() after a deterministic map so it runs once, or vectorise it (batch before map).")
+        if best is not None and best.fixes == "cache":
+            console.print(f"No fix reaches the limit; cache comes closest ({format_seconds(best.step_seconds_median)} "
+                          f"a step against {format_seconds(limit)}): what remains is reading the cache and "
+                          "Keras' own loop.")
+        else:
+            console.print("No fix reaches the limit: the input work itself is the cost. Do less of it per element: "
+                          ".cache() after a deterministic map so it runs once, or vectorise it (batch before map).")
 
 
 VARIABLES_SHOWN = 20

@@ -43,7 +43,7 @@ def pipeline():
 def train() -> None:
     from tensorgauge.scenarios._common import dense_model
 
-    dense_model(WIDTH, 64).fit(pipeline(), epochs=1, verbose=0)
+    dense_model(WIDTH, 64).fit(pipeline(), epochs=2, verbose=0)
 
 
 def ab() -> dict:
