@@ -25,6 +25,19 @@ def test_input_bound_severity_fix_and_saturation():
     assert input_bound(None, fit(), 2.0) is None and input_bound({"error": "x"}, fit(), 2.0) is None
 
 
+def test_input_bound_cache_advice_follows_the_pipelines_functions():
+    probe = {"step_seconds": [0.1] * 10, "get_next_seconds": [0.08] * 10}
+
+    def fix(**config):
+        return input_bound(probe, fit(cores=0.6), 2.0, None, {"dataset_batches": 40, **config}).fix
+
+    assert "freeze" not in fix() and "No random op" not in fix()  # not inspected: the general advice only
+    assert "before the random augmentation" in fix(dataset_random_ops=["RandomUniform"])
+    assert "No random op" in fix(dataset_random_ops=[], dataset_python_ops=[])
+    assert "cannot check" in fix(dataset_random_ops=[], dataset_python_ops=["PyFunc"])
+    assert "No random op" not in fix(dataset_random_ops=[], dataset_batches=None)  # infinite: no later epoch
+
+
 def test_eager_and_retracing():
     assert eager_execution({"run_eagerly": True}, fit(), []).severity == "high"
     assert "run_functions_eagerly" in eager_execution({"functions_run_eagerly": True}, fit(), []).title

@@ -40,8 +40,22 @@ def _last(events: list[Event], kind: str, before: float | None = None) -> dict |
     return found[-1].data if found else None
 
 
+def _cache_advice(config: dict | None) -> str:
+    """What the pipeline's own functions say about caching its map."""
+    config = config or {}
+    random, python = config.get("dataset_random_ops"), config.get("dataset_python_ops")
+    if random:
+        return (f" Its functions draw random numbers ({', '.join(random)}): cache the deterministic part (decode, "
+                "resize) before the random augmentation, not after it.")
+    if random == [] and config.get("dataset_batches"):
+        caveat = " (it calls Python, which tensorgauge cannot check: make sure it is deterministic)" if python else ""
+        return (f" No random op in the pipeline's functions{caveat}: .cache() after the map lets every epoch after "
+                "the first skip it (tensorgauge run --try-fixes times it).")
+    return ""
+
+
 def input_bound(probe: dict | None, fit: Phase | None, allowed: float,
-                compute_probe: dict | None = None) -> Finding | None:
+                compute_probe: dict | None = None, config: dict | None = None) -> Finding | None:
     """From the profiler window; the compute-only limit from the compute probe when there is one
     (compute right after an input wait runs slower than back to back, so step - wait overstates it)."""
     if not probe or not probe.get("step_seconds") or not probe.get("get_next_seconds"):
@@ -75,6 +89,7 @@ def input_bound(probe: dict | None, fit: Phase | None, allowed: float,
                "end it with .prefetch(tf.data.AUTOTUNE); if the map is deterministic, .cache() after it.")
         gain = (f"up to {step / max(compute, 1e-9):.1f}x faster steps ({_ms(step)} -> {_ms(compute)}, "
                 f"the compute-only limit)")
+    fix += _cache_advice(config)
     return Finding(id="input_bound", severity="high" if share >= INPUT_HIGH else "moderate",
                    title=f"Training waits for input {share:.0%} of each step ({_ms(wait)} of {_ms(step)})",
                    evidence=evidence, fix=fix, expected_gain=gain)
@@ -228,7 +243,7 @@ def diagnose(record: RunRecord, events: list[Event], phases: list[Phase], summar
     probe = next((e.data for e in events if e.kind == "input_probe" and not e.data.get("error")), None)
     compute = next((e.data for e in events if e.kind == "compute_probe" and not e.data.get("error")), None)
     findings = [f for f in (
-        input_bound(probe, fit, allowed, compute),
+        input_bound(probe, fit, allowed, compute, config),
         eager_execution(config, fit, events),
         retracing(events),
         thread_limited(config, job, fit, allowed),
