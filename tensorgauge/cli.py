@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -87,7 +88,10 @@ def _record(args, command: list[str], name: str | None) -> tuple[int, str]:
         checkpoint_dir = getattr(args, "checkpoint", None) or str(default_checkpoint_dir(store.data_dir, command))
     err = _console(stderr=True)
     quiet = getattr(args, "quiet", False)
-
+    if getattr(args, "diagnose", False) and os.environ.get("TF_CONFIG") and not quiet:
+        err.print("[yellow]tensorgauge: note: --diagnose profiles 10 training steps; under "
+                  "MultiWorkerMirroredStrategy, TensorFlow 2.21 crashed a worker in that window in about 1 run "
+                  "in 12 here (a TensorFlow bug). Run without --diagnose where a crash costs you.[/yellow]")
 
     def started(record):
         if not quiet:

@@ -31,18 +31,36 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
-def test_slow_worker_is_named_the_straggler_with_its_cause(postgres_url, tg_cmd):
-    job = f"mwms-{uuid.uuid4().hex[:8]}"
+CRASHED = (128 + 6, 128 + 11)  # a worker ended by SIGABRT (glibc's "double free or corruption") or SIGSEGV
+ATTEMPTS = 4
+
+
+def run_job(tg_cmd, postgres_url, job, tmp_path, attempt) -> tuple[list[int], list[str]]:
+    """Both workers of one job; their exit codes and output."""
     cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
-    workers = []
+    workers, logs = [], [tmp_path / f"attempt{attempt}-worker{index}.log" for index in (0, 1)]
     for index in (0, 1):
         env = {**os.environ, "SLOW_WORKER": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
                "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})}
-        workers.append(subprocess.Popen([*tg_cmd, "run", "-q", "--diagnose", "--store", postgres_url, "--job", job,
-                                         "--", sys.executable, str(JOB)], env=env, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True))
-    outputs = [w.communicate(timeout=300) for w in workers]
-    assert [w.returncode for w in workers] == [0, 0], [err[-1500:] for _, err in outputs]
+        # Output to files: a pipe read only after the other worker ends can fill and block this one.
+        with open(logs[index], "w") as log:
+            workers.append(subprocess.Popen([*tg_cmd, "run", "-q", "--diagnose", "--store", postgres_url, "--job",
+                                             job, "--", sys.executable, str(JOB)], env=env,
+                                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT))
+    return [w.wait(timeout=300) for w in workers], [log.read_text() for log in logs]
+
+
+def test_slow_worker_is_named_the_straggler_with_its_cause(postgres_url, tg_cmd, tmp_path):
+    # TensorFlow 2.21 sometimes crashes a MultiWorkerMirroredStrategy worker inside the profiler window
+    # (SIGABRT with glibc's "double free or corruption" or "free(): invalid pointer", or SIGSEGV; about
+    # 1 run in 12 from a shell here, 1 in 4 to 8 under pytest, never in 14 runs without --diagnose).
+    # That crash, and only it, gets another attempt with a new job id.
+    for attempt in range(ATTEMPTS):
+        job = f"mwms-{uuid.uuid4().hex[:8]}"
+        codes, outputs = run_job(tg_cmd, postgres_url, job, tmp_path, attempt)
+        if not any(code in CRASHED for code in codes):
+            break
+    assert codes == [0, 0], [text[-1500:] for text in outputs]
     out = subprocess.run([*tg_cmd, "compare", "--store", postgres_url, "--job", job, "--json"],
                          capture_output=True, text=True, check=True).stdout
     doc = json.loads(out)
