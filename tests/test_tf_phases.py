@@ -170,3 +170,7 @@ def test_legacy_tf_keras(store_path, tg_cmd, monkeypatch):
     fit_index = next(i for i, p in enumerate(report.phases) if p.kind == "fit")
     epochs = [p for p in report.phases if p.parent == fit_index]
     assert [p.name for p in epochs] == ["epoch 1", "epoch 2"] and all(p.steps == 6 for p in epochs)
+    # fit's settings reach the diagnosis under tf_keras too (its steps_per_execution is a tf.Variable)
+    (config,) = [e.data for e in report.events if e.kind == "fit_config"]
+    assert config["steps_per_execution"] is None and config["epochs"] == 2 and config["run_eagerly"] is False
+    assert config["dataset"] is False and config["batch_size"] == 32

@@ -4,9 +4,10 @@ Always on (each costs nothing per step):
 
 - ``fit_config`` at each ``fit``: run_eagerly, functions_run_eagerly,
   jit_compile, steps_per_execution, batch size, epochs, whether the input is a
-  ``tf.data.Dataset`` and, for one, its batches per epoch and bytes (when
-  known), and the op types of its functions that are random or call Python
-  (``dataset_random_ops``, ``dataset_python_ops``: can its map be cached?).
+  ``tf.data.Dataset`` and, for one, under --diagnose or --try-fixes, its
+  batches per epoch and bytes (when known), and the op types of its functions
+  that are random or call Python (``dataset_random_ops``,
+  ``dataset_python_ops``: can its map be cached?).
 - ``trace`` each time a ``tf.function`` is traced (a retrace is a trace of a
   function traced before).
 - ``eager_gradients`` when ``GradientTape.gradient`` has run eagerly (outside
@@ -61,12 +62,30 @@ def send_fit_config(model, args: list, kwargs: dict) -> None:
                        inter_op_threads=threading.get_inter_op_parallelism_threads() if threading else None,
                        functions_run_eagerly=bool(tf.config.functions_run_eagerly()) if tf else None,
                        jit_compile=str(getattr(model, "jit_compile", None)),
-                       steps_per_execution=int(getattr(model, "steps_per_execution", 1) or 1),
+                       steps_per_execution=_plain_int(getattr(model, "steps_per_execution", 1)),
                        batch_size=int(batch_size) if batch_size else (None if is_dataset else 32),
                        epochs=int(epochs) if isinstance(epochs, int) else None,
-                       dataset=is_dataset, **(_dataset_facts(x, batch_size) if is_dataset else {}))
+                       dataset=is_dataset,
+                       **(_dataset_facts(x, batch_size) if is_dataset and _inspect_dataset(tf, model) else {}))
     except Exception:
         pass
+
+
+def _plain_int(value) -> int | None:
+    """An int setting as it is; None for a tf.Variable (tf_keras keeps steps_per_execution in one,
+    and reading a variable is not the hook's to do, e.g. under a distribution strategy)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _inspect_dataset(tf, model) -> bool:
+    """Look into fit's pipeline only when asked to (--diagnose, --try-fixes), and never under a
+    distribution strategy (TensorFlow's multi-worker runtime is fragile: see the README)."""
+    from tensorgauge.hook import fixes
+
+    if not (enabled() or fixes.window_steps() > 0):
+        return False
+    strategy = getattr(model, "distribute_strategy", None)
+    return strategy is None or not tf.distribute.has_strategy() and type(strategy).__name__.startswith("_Default")
 
 
 RANDOM_OPS = ("Random", "Multinomial", "TruncatedNormal")  # op types containing these draw random numbers
