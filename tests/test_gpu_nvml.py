@@ -7,9 +7,6 @@ fakes in test_nvml, test_sampler, test_summary and test_phases everywhere."""
 import importlib.util
 import json
 import sys
-import threading
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -74,28 +71,11 @@ def test_nvml_samples_a_gpu_job_phase_by_phase(store_path, tmp_path, capsys):
 
 
 def test_prometheus_serves_gpu_gauges(store_path):
-    from test_prometheus import free_port
+    from test_prometheus import free_port, scraping
 
     port = free_port()
-    scraped: list[str] = []
-    done = threading.Event()
-
-    def scrape():
-        while not done.is_set():
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as response:
-                    scraped.append(response.read().decode())
-            except OSError:
-                pass
-            time.sleep(0.2)
-
-    thread = threading.Thread(target=scrape, daemon=True)
-    thread.start()
-    try:
+    with scraping(port, every_seconds=0.2) as scraped:
         assert main(["run", "-q", "--prometheus", str(port), "--", sys.executable, JOB, "3"]) == 0
-    finally:
-        done.set()
-        thread.join()
 
     def peak(metric: str) -> float:
         values = [float(line.rsplit(" ", 1)[1]) for text in scraped for line in text.splitlines()

@@ -1,5 +1,6 @@
 """--prometheus: the endpoint, scraped while a job runs, serves what the store records."""
 
+import contextlib
 import socket
 import sys
 import threading
@@ -36,27 +37,35 @@ def parse(text: str) -> dict[str, float]:
     return values
 
 
-def test_scraped_values_are_the_recorded_samples(store_path):
-    port = free_port()
-    scrapes: list[dict[str, float]] = []
+@contextlib.contextmanager
+def scraping(port: int, every_seconds: float = 0.15):
+    """Scrape http://127.0.0.1:PORT/metrics in the background; yields the list of texts scraped."""
+    texts: list[str] = []
     done = threading.Event()
 
     def scrape():
         while not done.is_set():
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as response:
-                    scrapes.append(parse(response.read().decode()))
+                    texts.append(response.read().decode())
             except OSError:
                 pass
-            time.sleep(0.15)
+            time.sleep(every_seconds)
 
     thread = threading.Thread(target=scrape, daemon=True)
     thread.start()
     try:
-        assert main(["run", "-q", "--name", "scraped", "--prometheus", str(port), "--", sys.executable, "-c", JOB]) == 0
+        yield texts
     finally:
         done.set()
         thread.join()
+
+
+def test_scraped_values_are_the_recorded_samples(store_path):
+    port = free_port()
+    with scraping(port) as texts:
+        assert main(["run", "-q", "--name", "scraped", "--prometheus", str(port), "--", sys.executable, "-c", JOB]) == 0
+    scrapes = [parse(text) for text in texts]
     samples = {round(s.t, 6): s for s in Store.open(store_path).samples(Store.open(store_path).run("scraped").run_id)}
     matched = [v for v in scrapes if round(v.get("tensorgauge_sample_time_seconds", -1), 6) in samples]
     assert len(matched) >= 5

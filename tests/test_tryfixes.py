@@ -53,13 +53,18 @@ def test_a_job_without_fit_is_a_clear_error(store_path, capsys):
     assert "times the job's first Keras fit, and this job ran none" in err and "Traceback" not in err
 
 
+def try_fixes(tmp_path, scenario: str) -> dict:
+    """``run --try-fixes`` on a built-in scenario; its JSON."""
+    out = tmp_path / "fixes.json"
+    assert main(["run", "--try-fixes", "--json", str(out), "--", sys.executable, "-m",
+                 f"tensorgauge.scenarios.{scenario}"]) == 0
+    return json.loads(out.read_text())
+
+
 @needs_tf
 @pytest.mark.tf
 def test_eager_job_gets_no_eager_with_its_measured_speedup(store_path, tmp_path, capsys):
-    out = tmp_path / "fixes.json"
-    assert main(["run", "--try-fixes", "--json", str(out), "--", sys.executable, "-m",
-                 "tensorgauge.scenarios.eager"]) == 0
-    result = json.loads(out.read_text())
+    result = try_fixes(tmp_path, "eager")
     trials = result["trials"]
     assert [t["fixes"] for t in trials] == ["baseline", "no_eager"]
     assert 0 < result["compute_only_step_seconds"] and trials[1]["reaches_limit"] is True
@@ -83,15 +88,25 @@ def test_render_says_when_no_fix_reaches_the_compute_only_limit():
     assert "Compute-only limit: 7.6 ms" in text and "Best: parallel_map, 1.87x" in text
     assert "No fix reaches the limit" in text and "vectorise" in text
     assert "No fix reaches" not in render(base, Trial("parallel_map", "map(...)", "r2", 0.008, 11.0, True))
+    cache = Trial("cache", ".cache() after each map", "r3", 0.0069, 12.75, False, "the map calls Python")
+    text = render(base, parallel, cache)
+    assert "cache comes closest (6.9 ms a step against 7.6 ms)" in text and "vectorise" not in text
+    assert "Note on cache: the map calls Python." in text
+
+
+def test_render_says_why_a_fix_was_not_tried():
+    from rich.console import Console
+
+    console = Console(record=True, width=300)
+    render_trials(console, Trials([Trial("baseline", "the job as it is", "r1", 0.088, 1.0)], None,
+                                  {"cache": "its functions draw random numbers (RandomUniform)"}))
+    assert "Not tried: cache, because its functions draw random numbers (RandomUniform)." in console.export_text()
 
 
 @needs_tf
 @pytest.mark.tf
 def test_input_bound_job_gets_the_tf_data_fixes_and_cache_timed_in_its_second_epoch(store_path, tmp_path, capsys):
-    out = tmp_path / "fixes.json"
-    assert main(["run", "--try-fixes", "--json", str(out), "--", sys.executable, "-m",
-                 "tensorgauge.scenarios.input_bound"]) == 0
-    result = json.loads(out.read_text())
+    result = try_fixes(tmp_path, "input_bound")
     trials = {t["fixes"]: t for t in result["trials"]}
     assert list(trials) == ["baseline", "parallel_map", "prefetch", "parallel_map,prefetch", "cache"]
     assert result["not_tried"] == {}

@@ -173,6 +173,8 @@ def render_trials(console: Console, result) -> None:
     if limit:
         console.print(f"Compute-only limit: {format_seconds(limit)} a step (the train step on one cached batch, "
                       "no input work).")
+    for fix, why in result.not_tried.items():
+        console.print(f"Not tried: {fix}, because {escape(why)}.")
     if len(trials) == 1:
         console.print("No fix applies without code edits: fit does not get a tf.data.Dataset, runs compiled, "
                       "and TensorFlow may use every CPU allowed.")
@@ -184,8 +186,6 @@ def render_trials(console: Console, result) -> None:
     for trial in trials:
         if trial.caveat:
             console.print(f"Note on {trial.fixes}: {escape(trial.caveat)}.")
-    for fix, why in result.not_tried.items():
-        console.print(f"Not tried: {fix}, because {escape(why)}.")
     if limit and not any(t.reaches_limit for t in trials):
         if best is not None and best.fixes == "cache":
             console.print(f"No fix reaches the limit; cache comes closest ({format_seconds(best.step_seconds_median)} "
