@@ -111,7 +111,9 @@ def test_input_bound_job_gets_the_tf_data_fixes_and_cache_timed_in_its_second_ep
     assert list(trials) == ["baseline", "parallel_map", "prefetch", "parallel_map,prefetch", "cache"]
     assert result["not_tried"] == {}
     # The map costs ~75 ms a batch, the train step ~6 ms: a filled cache removes the map (13x measured).
-    assert trials["cache"]["speedup"] > 3 and trials["cache"]["speedup"] > trials["parallel_map"]["speedup"]
+    # On many cores a parallel map can come as close to the limit as the cache: compare within 15%.
+    fastest = min(t["step_seconds_median"] for t in trials.values())
+    assert trials["cache"]["speedup"] > 3 and trials["cache"]["step_seconds_median"] <= 1.15 * fastest
     assert "numpy_function" in trials["cache"]["caveat"]  # a Python map: randomness cannot be checked
     events = Store.open(store_path).events(trials["cache"]["run_id"])
     config = next(e.data for e in events if e.kind == "fit_config")
