@@ -16,8 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tensorgauge.report import RunReport
-from tensorgauge.runner import run
+from tensorgauge.analyse.report import RunReport
+from tensorgauge.monitoring.runner import run
 from tensorgauge.store import Store
 
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 5

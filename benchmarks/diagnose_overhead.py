@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tensorgauge.runner import run
+from tensorgauge.monitoring.runner import run
 from tensorgauge.store import Store
 
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 6

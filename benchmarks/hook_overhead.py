@@ -29,11 +29,11 @@ import time
 from pathlib import Path
 
 from tensorgauge.model import RunRecord
-from tensorgauge.recorder import Recorder
-from tensorgauge.sampler import Sampler
+from tensorgauge.monitoring.recorder import Recorder
+from tensorgauge.monitoring.sampler import Sampler
 from tensorgauge.sources.clock import MonotonicClock
 from tensorgauge.sources.nvml import open_gpus
-from tensorgauge.runner import watch_tree
+from tensorgauge.monitoring.monitor import Sources
 from tensorgauge.sources.system import PsutilSystem
 from tensorgauge.store import Store
 
@@ -62,7 +62,7 @@ def monitor_part(folder: Path) -> None:
     record = RunRecord(run_id="bench", command=["fit_steps"], started_at="-")
     store.save_run(record)
     recorder = Recorder(store, record, t0, clock)
-    tree, group = watch_tree(job.pid, "benchmark")  # as `tensorgauge run` does
+    tree, group = Sources().watch_tree(job.pid, "benchmark", True)  # as `tensorgauge run` does
     sampler = Sampler(tree, PsutilSystem(), open_gpus(), clock, t0)
     windows = []  # (start, end, monitoring)
     on = True

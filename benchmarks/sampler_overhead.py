@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tensorgauge.runner import run
+from tensorgauge.monitoring.runner import run
 from tensorgauge.store import Store
 
 SECONDS = float(sys.argv[1]) if len(sys.argv) > 1 else 20.0

@@ -28,7 +28,7 @@ def __getattr__(name):
 
         return getattr(api, name)
     if name == "monitor":
-        from tensorgauge.inprocess import monitor
+        from tensorgauge.monitoring.inprocess import monitor
 
         return monitor
     if name == "keras":

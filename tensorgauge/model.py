@@ -1,12 +1,16 @@
 """The recorded data: samples, hook events, runs, phases and findings.
 
 Plain dataclasses with ``to_dict``/``from_dict``. Times are seconds since the
-run's start unless a name says otherwise; sizes are bytes.
+run's start unless a name says otherwise; sizes are bytes. The stored records
+(:class:`GpuReading`, :class:`Sample`, :class:`Event`, :class:`RunRecord`)
+declare each field once, with its kind, unit and source (:func:`declared`):
+the store's columns, its row decoding and migrations, and the bundle checks
+are all derived from these declarations (see :mod:`tensorgauge.checks`).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
 RUN_SCHEMA = "tensorgauge.run/1"
@@ -25,17 +29,26 @@ def _from_dict(cls, data: dict[str, Any]):
     return cls(**{k: v for k, v in data.items() if k in names})
 
 
+def declared(kind: str, unit: str | None = None, source: str = "", default: Any = MISSING,
+             default_factory: Any = MISSING, item: type | None = None) -> Any:
+    """A field with its kind (see :data:`tensorgauge.checks.KINDS`; ``?``: may be None),
+    its unit, where the figure comes from, and for a list of records the record type."""
+    metadata = {"kind": kind, "unit": unit, "source": source, "item": item}
+    return field(default=default, default_factory=default_factory, metadata=metadata)
+
+
 @dataclass(slots=True)
 class GpuReading:
     """One GPU at one instant, as NVML reports it (None: not reported)."""
 
-    index: int
-    name: str | None = None
-    util_percent: float | None = None
-    memory_used_bytes: int | None = None
-    memory_total_bytes: int | None = None
-    power_watts: float | None = None
-    job_memory_bytes: int | None = None  # held by the job's own processes (NVML per process)
+    index: int = declared("int", source="NVML device index")
+    name: str | None = declared("text?", source="NVML", default=None)
+    util_percent: float | None = declared("number?", "%", "NVML, averaged over 1/6 to 1 s", default=None)
+    memory_used_bytes: int | None = declared("int?", "bytes", "NVML, all processes", default=None)
+    memory_total_bytes: int | None = declared("int?", "bytes", "NVML", default=None)
+    power_watts: float | None = declared("number?", "W", "NVML", default=None)
+    job_memory_bytes: int | None = declared("int?", "bytes", "NVML per process, summed over the job's tree",
+                                            default=None)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -49,21 +62,22 @@ class GpuReading:
 class Sample:
     """The job's process tree and the machine at one instant."""
 
-    t: float
-    cpu_seconds: float  # cumulative user+system of the tree since it started
-    cores_busy: float | None  # tree CPU-seconds per second since the previous sample
-    rss_bytes: int
-    threads: int
-    processes: int
-    read_bytes: int | None = None  # cumulative, tree
-    write_bytes: int | None = None
-    uss_bytes: int | None = None  # read only every few seconds (expensive)
-    pss_bytes: int | None = None
-    mem_used_bytes: int | None = None  # whole machine
-    mem_available_bytes: int | None = None
-    cpu_percent: list[float] | None = None  # per CPU the job may run on
-    runnable: int | None = None  # threads running or waiting for a CPU, whole machine (once a second)
-    gpus: list[GpuReading] = field(default_factory=list)
+    t: float = declared("number", "s", "monitor clock, from the run's start")
+    cpu_seconds: float = declared("number", "s", "tree user+system since the job started")
+    cores_busy: float | None = declared("number?", "cores", "tree CPU-seconds per second since the last sample")
+    rss_bytes: int = declared("int", "bytes", "tree RSS")
+    threads: int = declared("int", source="tree")
+    processes: int = declared("int", source="tree")
+    read_bytes: int | None = declared("int?", "bytes", "tree, cumulative, once a second", default=None)
+    write_bytes: int | None = declared("int?", "bytes", "tree, cumulative, once a second", default=None)
+    uss_bytes: int | None = declared("int?", "bytes", "tree, every few seconds (expensive)", default=None)
+    pss_bytes: int | None = declared("int?", "bytes", "tree, every few seconds (expensive)", default=None)
+    mem_used_bytes: int | None = declared("int?", "bytes", "whole machine, once a second", default=None)
+    mem_available_bytes: int | None = declared("int?", "bytes", "whole machine, once a second", default=None)
+    cpu_percent: list[float] | None = declared("numbers?", "%", "per CPU the job may run on", default=None)
+    runnable: int | None = declared("int?", "threads", "running or waiting for a CPU, whole machine, once a second",
+                                    default=None)
+    gpus: list[GpuReading] = declared("records", source="NVML", default_factory=list, item=GpuReading)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -79,40 +93,49 @@ class Sample:
 
 @dataclass(slots=True)
 class Event:
-    """A message from the hook inside the job (phase begin/end, steps, facts)."""
+    """A message from the hook inside the job (phase begin/end, steps, facts):
+    ``data`` is the payload :mod:`tensorgauge.hook.protocol` declares for ``kind``."""
 
-    t: float
-    pid: int
-    kind: str
-    data: dict[str, Any] = field(default_factory=dict)
+    t: float = declared("number", "s", "the job's monotonic clock, from the run's start")
+    pid: int = declared("int", source="the writing process")
+    kind: str = declared("text", source="tensorgauge.hook.protocol.Kind")
+    data: dict[str, Any] = declared("object", source="tensorgauge.hook.protocol.PAYLOADS", default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Event:
+        return _from_dict(cls, data)
 
 
 @dataclass
 class RunRecord:
     """What the store keeps about one run, apart from its samples and events."""
 
-    run_id: str
-    command: list[str]
-    started_at: str  # ISO-8601, local time with offset
-    name: str | None = None
-    cwd: str | None = None
-    interval_seconds: float = 0.1
-    t0_monotonic: float | None = None  # the run's start on CLOCK_MONOTONIC, to align other logs
-    tree_source: str | None = None  # how the process tree was read: "cgroup" or "procfs"
-    wall_seconds: float | None = None
-    exit_code: int | None = None
-    signal: int | None = None
-    oom_killed: bool = False
-    complete: bool = False
-    env: dict[str, Any] = field(default_factory=dict)
-    budget: dict[str, Any] | None = None
-    cpu_seconds_total: float | None = None  # exact, from the kernel at exit
-    rss_max_bytes: int | None = None  # the kernel's peak RSS of the largest process (ru_maxrss)
-    samples_taken: int | None = None  # how many samples the monitor took: the store should hold as many
-    job_id: str | None = None  # runs of one distributed job share it (see tensorgauge.cluster)
+    run_id: str = declared("text", source="monitor")
+    command: list[str] = declared("texts", source="the command line")
+    started_at: str = declared("text", "ISO-8601", "local time with offset")
+    name: str | None = declared("text?", source="--name", default=None)
+    cwd: str | None = declared("text?", source="monitor", default=None)
+    interval_seconds: float = declared("number", "s", "--interval", default=0.1)
+    t0_monotonic: float | None = declared("number?", "s", "the run's start on CLOCK_MONOTONIC, to align other logs",
+                                          default=None)
+    tree_source: str | None = declared("text?", source='how the tree was read: "cgroup" or "procfs"', default=None)
+    wall_seconds: float | None = declared("number?", "s", "monitor", default=None)
+    exit_code: int | None = declared("int?", source="the job", default=None)
+    signal: int | None = declared("int?", source="the signal that ended the job", default=None)
+    oom_killed: bool = declared("bool", source="cgroup OOM counter", default=False)
+    complete: bool = declared("bool", source="the monitor saw the end", default=False)
+    env: dict[str, Any] = declared("object", source="fingerprint: ENV_PARTS", default_factory=dict)
+    budget: dict[str, Any] | None = declared("object?", source="BUDGET_FIELDS", default=None)
+    cpu_seconds_total: float | None = declared("number?", "s", "exact, from the kernel at exit", default=None)
+    rss_max_bytes: int | None = declared("int?", "bytes", "the kernel's peak RSS of the largest process (ru_maxrss)",
+                                         default=None)
+    samples_taken: int | None = declared("int?", "samples", "the monitor: the store should hold as many",
+                                         default=None)
+    job_id: str | None = declared("text?", source="runs of one distributed job share it (sources.cluster)",
+                                  default=None)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -120,6 +143,25 @@ class RunRecord:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunRecord:
         return _from_dict(cls, data)
+
+
+# The parts of RunRecord.env and RunRecord.budget that tensorgauge reads (other keys are kept, never read).
+HOST_FIELDS = {"hostname": "text?", "cpu_model": "text?", "cpu_flags": "texts?", "cores_logical": "int?",
+               "cores_physical": "int?", "cpus_allowed": "ints?", "cgroup_cpu_quota_cores": "number?",
+               "cores_allowed": "number?", "ram_bytes": "int?", "cgroup_memory_limit_bytes": "int?",
+               "os": "text?", "os_release": "text?", "kernel": "text?", "machine": "text?",
+               "nvidia_driver": "text?", "monitor_python": "text?", "env_vars": "text_map?", "gpus": "texts?"}
+JOB_FIELDS = {"python": "text?", "executable": "text?", "thread_env": "text_map?", "affinity_cpus": "int?",
+              "numpy_version": "text?", "blas": "objects?", "tensorflow_version": "text?", "tf_build": "object?",
+              "onednn_enabled": "bool?", "devices_physical": "texts?", "gpus_visible": "int?",
+              "intra_op_threads": "int?", "inter_op_threads": "int?", "keras_version": "text?"}
+WORKER_FIELDS = {"task_type": "text?", "task_index": "int?", "worker": "text?", "cluster": "object?"}
+ENV_PARTS = {"host": HOST_FIELDS, "job": JOB_FIELDS, "worker": WORKER_FIELDS}
+BUDGET_FIELDS = {"max_memory_bytes": "int?", "max_cpus": "number?", "max_gpu_memory_bytes": "int?",
+                 "soft_memory_bytes": "int?", "stopped": "bool?", "reason": "text?", "checkpoint": "text?",
+                 "graceful": "bool?", "peak_bytes": "int?", "peak_t": "number?", "stop_requested_at": "number?",
+                 "enforced_by": "texts?", "gpu_memory_limit": "object?", "gpu_memory_peak_bytes": "int?"}
+GPU_LIMIT_FIELDS = {"gpus": "int?", "error": "text?"}
 
 
 @dataclass

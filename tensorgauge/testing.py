@@ -1,5 +1,7 @@
 """Fakes for the sources, shipped so users' and our own tests can drive the
-sampler, store and analysis exactly: a clock, a process tree, a system and NVML.
+monitor, sampler, store and analysis exactly: a clock, a process tree, a
+system, GPUs and NVML, and :func:`FakeSources` to hand them all to a
+:class:`~tensorgauge.monitoring.monitor.Monitor`, ``run`` or ``monitor()``.
 """
 
 from __future__ import annotations
@@ -7,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
+from tensorgauge.model import GpuReading
 from tensorgauge.sources import MemoryReading, TreeReading
 
 
@@ -111,3 +114,32 @@ class FakeNvml:
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle):
         self._get(handle, "processes")
         return []
+
+
+@dataclass
+class FakeGpus:
+    """Returns the queued readings per call (the last one again once they run out)."""
+
+    readings: list[list[GpuReading]] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    closed: bool = False
+
+    def read(self, pids: tuple[int, ...] = ()) -> list[GpuReading]:
+        if len(self.readings) > 1:
+            return self.readings.pop(0)
+        return list(self.readings[0]) if self.readings else []
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def FakeSources(clock: FakeClock | None = None, tree: FakeProcessTree | None = None,
+                system: FakeSystem | None = None, gpus: FakeGpus | None = None, host: dict | None = None):
+    """:class:`~tensorgauge.monitoring.monitor.Sources` made of fakes (each may be given)."""
+    from tensorgauge.monitoring.monitor import Sources
+
+    fake_tree = tree or FakeProcessTree()
+    fake_gpus = gpus or FakeGpus()
+    return Sources(clock=clock or FakeClock(), system=system or FakeSystem(),
+                   open_gpus=lambda: fake_gpus, watch_tree=lambda pid, run_id, cgroup_allowed: (fake_tree, None),
+                   host=lambda: dict(host or {"hostname": "fake", "cores_allowed": 2.0}))

@@ -1,6 +1,6 @@
 import pytest
 
-from tensorgauge.budget.limits import (INTERPRETER_FLOOR_BYTES, make_budget, parse_cpus, parse_memory,
+from tensorgauge.monitoring.limits import (INTERPRETER_FLOOR_BYTES, make_budget, parse_cpus, parse_memory,
                                        thread_pools)
 from tensorgauge.errors import TensorgaugeError
 

@@ -1,7 +1,7 @@
 """The monitor's side of a budget, on hand-made samples."""
 
-from tensorgauge.budget.enforce import BudgetWatch
-from tensorgauge.budget.limits import Budget
+from tensorgauge.monitoring.budget import BudgetWatch
+from tensorgauge.monitoring.limits import Budget
 from tensorgauge.model import Sample
 
 MIB = 1 << 20

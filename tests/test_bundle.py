@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from rich.console import Console
 
-from tensorgauge.bundle import SCHEMA, BundleError, loads, read
+from tensorgauge.store.bundle import SCHEMA, BundleError, loads, read
 from tensorgauge.cli import main
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.store import Store
@@ -116,7 +116,11 @@ def _fails_cleanly(text: str, tmp_path, original: str | None = None) -> None:
     except TensorgaugeError:
         return
     from tensorgauge.analyse.compare import Side, compare
-    from tensorgauge.bundle import analyse, import_bundle
+    from tensorgauge.analyse.report import RunReport
+    from tensorgauge.store.bundle import import_bundle
+
+    def analyse(b):
+        return RunReport.build(b.record, b.samples, b.events)
     from tensorgauge.render.compare import render_compare
     from tensorgauge.render.html import comparison_page, run_page
     from tensorgauge.render.terminal import render_run

@@ -4,7 +4,7 @@ measured all-reduce and input time (on fakes)."""
 import json
 
 from tensorgauge.analyse.straggler import WorkerRow, straggler
-from tensorgauge.cluster import worker_identity
+from tensorgauge.sources.cluster import worker_identity
 
 CLUSTER = {"worker": ["127.0.0.1:2001", "127.0.0.1:2002"], "chief": ["127.0.0.1:2000"]}
 

@@ -2,7 +2,7 @@
 
 from tensorgauge.analyse.compare import Side, compare
 from tensorgauge.model import Event, RunRecord
-from tensorgauge.report import RunReport
+from tensorgauge.analyse.report import RunReport
 
 HOST = {"hostname": "a", "cpu_model": "EPYC", "cpu_flags": ["avx2", "fma"], "cores_allowed": 2.0,
         "ram_bytes": 24 << 30, "env_vars": {}, "gpus": []}

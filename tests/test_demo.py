@@ -4,7 +4,7 @@ import pytest
 
 from conftest import needs_tf
 from tensorgauge.cli import main
-from tensorgauge.report import RunReport
+from tensorgauge.analyse.report import RunReport
 from tensorgauge.store import Store
 
 pytestmark = [needs_tf, pytest.mark.tf]

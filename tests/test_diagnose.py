@@ -1,7 +1,8 @@
 """The diagnosis rules on hand-built runs."""
 
-from tensorgauge.analyse.diagnose import (cores_idle, diagnose, eager_execution, input_bound, retracing,
-                                          small_batch, startup_dominated, thread_limited)
+from tensorgauge.analyse.diagnose import (cores_idle, eager_execution, input_bound, retracing, small_batch,
+                                          startup_dominated, thread_limited)
+from tensorgauge.analyse.findings import find
 from tensorgauge.analyse.summary import summarise
 from tensorgauge.model import Event, Phase, RunRecord
 
@@ -91,7 +92,7 @@ def test_diagnose_orders_by_severity_and_reads_the_run():
                                                             "intra_op_threads": 0}),
               Event(t=9.0, pid=1, kind="input_probe",
                     data={"step_seconds": [0.1] * 10, "get_next_seconds": [0.01] * 10})]
-    findings = diagnose(record, events, [fit(cores=0.5, wall=20.0)], summarise(record, []))
+    findings = find(record, [], events, [fit(cores=0.5, wall=20.0)], summarise(record, []), category="performance")
     assert [f.id for f in findings] == ["eager_execution", "input_bound"]
 
 
@@ -119,7 +120,7 @@ def test_oversubscribed_job_for_real(store_path):
     import sys
 
     from tensorgauge.cli import main
-    from tensorgauge.report import RunReport
+    from tensorgauge.analyse.report import RunReport
     from tensorgauge.store import Store
 
     cpus = os.cpu_count() or 1

@@ -8,10 +8,10 @@ import pytest
 from rich.console import Console
 
 from conftest import needs_tf
-from tensorgauge.analyse.live import LiveState
+from tensorgauge.live.state import LiveState
 from tensorgauge.cli import main
 from tensorgauge.model import Event, GpuReading, Sample
-from tensorgauge.render.live import LiveView
+from tensorgauge.live.view import LiveView
 
 
 def sample(t, busy=1.5):

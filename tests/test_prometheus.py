@@ -11,7 +11,7 @@ import pytest
 
 from tensorgauge.cli import main
 from tensorgauge.errors import TensorgaugeError
-from tensorgauge.render.prometheus import parse_address
+from tensorgauge.live.prometheus import parse_address
 from tensorgauge.store import Store
 
 JOB = ("import time, tensorgauge\n"

@@ -1,5 +1,5 @@
 from tensorgauge.model import RunRecord, Sample
-from tensorgauge.recorder import Recorder, to_event
+from tensorgauge.monitoring.recorder import Recorder, to_event
 from tensorgauge.store import Store
 from tensorgauge.testing import FakeClock
 

@@ -115,7 +115,7 @@ def test_gpu_chart_renders(two_runs, tmp_path):
     no GPU here, so NVML's readings are made up; the chart and the page are real."""
     from tensorgauge.model import GpuReading
     from tensorgauge.render.html import run_page
-    from tensorgauge.report import RunReport
+    from tensorgauge.analyse.report import RunReport
     from tensorgauge.store import Store
 
     store = Store.open(two_runs)

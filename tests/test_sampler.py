@@ -1,5 +1,5 @@
 from tensorgauge.model import GpuReading
-from tensorgauge.sampler import PRIVATE_MEMORY_EVERY_SECONDS, Sampler
+from tensorgauge.monitoring.sampler import PRIVATE_MEMORY_EVERY_SECONDS, Sampler
 from tensorgauge.sources import MemoryReading, TreeReading
 from tensorgauge.sources.nvml import NoGpus
 from tensorgauge.testing import FakeClock, FakeProcessTree, FakeSystem

@@ -68,7 +68,10 @@ def test_account_names_the_users_own_phases_in_words():
 
 
 def test_memory_findings_name_the_data_set_the_growth_and_the_budget_stop():
-    from tensorgauge.analyse.memory import memory_findings
+    from tensorgauge.analyse.findings import find
+
+    def memory_findings(record, samples, events, phases):
+        return find(record, samples, events, phases, category="memory")
 
     mib = 1 << 20
 
@@ -118,7 +121,10 @@ def epoch_events(count, seconds=1.0):
     (lambda t: 500 + 20 * (t - 1), 4, False),  # 20 MiB an epoch: too little to report
 ])
 def test_memory_growth_needs_a_steady_rise_after_the_first_epoch(rss_mib, epochs, grows):
-    from tensorgauge.analyse.memory import memory_findings
+    from tensorgauge.analyse.findings import find
+
+    def memory_findings(record, samples, events, phases):
+        return find(record, samples, events, phases, category="memory")
 
     events = epoch_events(epochs)
     samples = rss_samples(lambda t: rss_mib(t) * (1 << 20), 0.5, 1.0 + epochs)

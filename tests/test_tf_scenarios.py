@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from conftest import needs_tf
-from tensorgauge.analyse.diagnose import PERFORMANCE_IDS
+from tensorgauge.analyse.findings import PERFORMANCE_IDS
 from tensorgauge.cli import main
-from tensorgauge.report import RunReport
+from tensorgauge.analyse.report import RunReport
 from tensorgauge.store import Store
 
 pytestmark = [needs_tf, pytest.mark.tf]

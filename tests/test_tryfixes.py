@@ -9,7 +9,7 @@ from conftest import needs_tf
 from tensorgauge.cli import main
 from tensorgauge.render.terminal import render_trials
 from tensorgauge.store import Store
-from tensorgauge.tryfixes import Trial, Trials, applicable
+from tensorgauge.monitoring.tryfixes import Trial, Trials, applicable
 
 
 def test_applicable_fixes_follow_what_fit_was_given():

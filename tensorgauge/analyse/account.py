@@ -5,6 +5,7 @@ from __future__ import annotations
 from tensorgauge.analyse.phases import top_level
 from tensorgauge.model import Event, Phase, Summary
 from tensorgauge.units import format_bytes, format_seconds, format_share
+from tensorgauge.hook.protocol import Kind
 
 
 KIND_WORDS = {"custom": "your own phases (tensorgauge.phase)"}
@@ -29,7 +30,7 @@ def _kind_totals(phases: list[Phase], kind: str) -> tuple[float, float, int]:
 def shutdown(events: list[Event], cpu_total: float, wall_seconds: float) -> tuple[float, float] | None:
     """(wall, CPU-s) from the job's ``exit`` event (its last atexit handler) to
     the process's end; only for a single hooked process, where it is exact."""
-    exits = [e for e in events if e.kind == "exit"]
+    exits = [e for e in events if e.kind == Kind.EXIT]
     pids = {e.pid for e in events}
     if len(exits) != 1 or len(pids) != 1 or exits[0].data.get("cpu") is None:
         return None

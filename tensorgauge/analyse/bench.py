@@ -4,6 +4,7 @@ with what the recorder measured in each benchmark's phase (pure)."""
 from __future__ import annotations
 
 from tensorgauge.model import Event, Phase
+from tensorgauge.hook.protocol import Kind
 
 PHASE_PREFIX = "bench "
 
@@ -13,7 +14,7 @@ def bench_results(events: list[Event], phases: list[Phase]) -> dict[str, dict]:
     by_name = {p.name[len(PHASE_PREFIX):]: p for p in phases if p.name.startswith(PHASE_PREFIX)}
     results = {}
     for e in events:
-        if e.kind != "bench_result" or not isinstance(e.data.get("name"), str):
+        if e.kind != Kind.BENCH_RESULT or not isinstance(e.data.get("name"), str):
             continue
         phase = by_name.get(e.data["name"])
         results[e.data["name"]] = {

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from tensorgauge.analyse.bench import bench_results
+from tensorgauge.hook.protocol import Kind
 
 SIGNIFICANT = 1.10  # a result that changed by 10% or more (either way) needs an explanation
 COMPUTE = ("numpy", "tf_ops", "keras", "tf_data", "fit", "evaluate", "predict")
@@ -66,7 +67,7 @@ def _blas(side: Side):
 
 
 def _jit(side: Side):
-    configs = [e.data for e in side.report.events if e.kind == "fit_config"]
+    configs = [e.data for e in side.report.events if e.kind == Kind.FIT_CONFIG]
     return configs[0].get("jit_compile") if configs else None
 
 

@@ -10,7 +10,10 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 
-from tensorgauge.model import Event, Finding, Phase, RunRecord, Sample, Summary
+from tensorgauge.analyse.phases import main_fit
+from tensorgauge.analyse.rules import RunFacts, rule
+from tensorgauge.model import Event, Finding, Phase, Sample
+from tensorgauge.hook.protocol import Kind
 
 INPUT_HIGH, INPUT_MODERATE = 0.20, 0.05
 SATURATED = 0.85  # cores busy / cores allowed at which more parallelism cannot help
@@ -22,22 +25,8 @@ SMALL_STEP_SECONDS, SMALL_BATCH = 0.003, 64
 STARTUP_SHARE, STARTUP_MIN_SECONDS = 0.5, 3.0
 OVERSUBSCRIBED_MODERATE, OVERSUBSCRIBED_HIGH = 3.0, 5.0  # runnable threads per CPU ("far more")
 
-PERFORMANCE_IDS = ("input_bound", "eager_execution", "retracing", "thread_limited", "cpu_oversubscribed",
-                   "cores_idle", "small_batch", "startup_dominated")
-
-
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms"
-
-
-def _main_fit(phases: list[Phase]) -> Phase | None:
-    fits = [p for p in phases if p.kind == "fit"]
-    return max(fits, key=lambda p: p.wall_seconds) if fits else None
-
-
-def _last(events: list[Event], kind: str, before: float | None = None) -> dict | None:
-    found = [e for e in events if e.kind == kind and (before is None or e.t <= before + 1e-6)]
-    return found[-1].data if found else None
 
 
 def _cache_advice(config: dict | None) -> str:
@@ -109,7 +98,7 @@ def eager_execution(config: dict | None, fit: Phase | None, events: list[Event])
                 "tf.config.run_functions_eagerly(False): fit then runs a compiled graph. "
                 "Keep eager mode for debugging only.",
             expected_gain="graph execution is usually several times faster on small and medium models")
-    eager = [e.data for e in events if e.kind == "eager_gradients"]
+    eager = [e.data for e in events if e.kind == Kind.EAGER_GRADIENTS]
     if fit is not None or not eager:
         return None
     last = max(eager, key=lambda d: d.get("count", 0))
@@ -129,7 +118,7 @@ def eager_execution(config: dict | None, fit: Phase | None, events: list[Event])
 
 
 def retracing(events: list[Event]) -> Finding | None:
-    counts = Counter(e.data.get("function", "?") for e in events if e.kind == "trace")
+    counts = Counter(e.data.get("function", "?") for e in events if e.kind == Kind.TRACE)
     worst = [(name, n) for name, n in counts.most_common() if n > RETRACES_MODERATE]
     if not worst:
         return None
@@ -205,7 +194,7 @@ def small_batch(config: dict | None, fit: Phase | None) -> Finding | None:
 
 def startup_dominated(phases: list[Phase], wall: float) -> Finding | None:
     imports = sum(p.wall_seconds for p in phases if p.kind == "import" and p.parent is None)
-    fit = _main_fit(phases)
+    fit = main_fit(phases)
     first_step = (fit.step_seconds_max or 0.0) if fit else 0.0  # the first step traces the train function
     startup = imports + first_step
     if wall < STARTUP_MIN_SECONDS or startup < STARTUP_SHARE * wall:
@@ -233,25 +222,55 @@ def cores_idle(fit: Phase | None, allowed: float, explained: bool) -> Finding | 
         expected_gain=None)
 
 
-def diagnose(record: RunRecord, events: list[Event], phases: list[Phase], summary: Summary,
-             samples: list[Sample] = ()) -> list[Finding]:
-    """Performance findings, most severe first."""
-    fit = _main_fit(phases)
-    allowed = float((record.env.get("host") or {}).get("cores_allowed") or 1)
-    job = record.env.get("job") or {}
-    config = _last(events, "fit_config", fit.start if fit else None)
-    probe = next((e.data for e in events if e.kind == "input_probe" and not e.data.get("error")), None)
-    compute = next((e.data for e in events if e.kind == "compute_probe" and not e.data.get("error")), None)
-    findings = [f for f in (
-        input_bound(probe, fit, allowed, compute, config),
-        eager_execution(config, fit, events),
-        retracing(events),
-        thread_limited(config, job, fit, allowed),
-        cpu_oversubscribed(list(samples), fit, float((record.env.get("host") or {}).get("cores_logical") or allowed),
-                           summary.threads_peak),
-        small_batch(config, fit),
-    ) if f is not None]
-    idle = cores_idle(fit, allowed, explained=bool(findings))
-    findings += [f for f in (idle, startup_dominated(phases, record.wall_seconds or 0.0)) if f is not None]
-    order = {"high": 0, "moderate": 1, "low": 2, "info": 3}
-    return sorted(findings, key=lambda f: order.get(f.severity, 4))
+# -- the registered rules, in the order they run --------------------------------------
+
+
+def _fit_config(f: RunFacts) -> dict | None:
+    return f.last(Kind.FIT_CONFIG, f.fit.start if f.fit else None)
+
+
+@rule("input_bound", category="performance")
+def _input_bound(f: RunFacts) -> Finding | None:
+    return input_bound(f.first_ok(Kind.INPUT_PROBE), f.fit, f.cores_allowed, f.first_ok(Kind.COMPUTE_PROBE),
+                       _fit_config(f))
+
+
+@rule("eager_execution", category="performance")
+def _eager_execution(f: RunFacts) -> Finding | None:
+    return eager_execution(_fit_config(f), f.fit, f.events)
+
+
+@rule("retracing", category="performance")
+def _retracing(f: RunFacts) -> Finding | None:
+    return retracing(f.events)
+
+
+@rule("thread_limited", category="performance")
+def _thread_limited(f: RunFacts) -> Finding | None:
+    return thread_limited(_fit_config(f), f.job, f.fit, f.cores_allowed)
+
+
+@rule("cpu_oversubscribed", category="performance")
+def _cpu_oversubscribed(f: RunFacts) -> Finding | None:
+    return cpu_oversubscribed(f.samples, f.fit, float(f.host.get("cores_logical") or f.cores_allowed),
+                              f.summary.threads_peak)
+
+
+@rule("small_batch", category="performance")
+def _small_batch(f: RunFacts) -> Finding | None:
+    return small_batch(_fit_config(f), f.fit)
+
+
+@rule("cores_idle", category="performance")
+def _cores_idle(f: RunFacts) -> Finding | None:
+    return cores_idle(f.fit, f.cores_allowed, explained=any(x.id in PERFORMANCE_EXPLAINERS for x in f.found))
+
+
+@rule("startup_dominated", category="performance")
+def _startup_dominated(f: RunFacts) -> Finding | None:
+    return startup_dominated(f.phases, f.record.wall_seconds or 0.0)
+
+
+# Findings that explain idle cores (cores_idle is the fallback when none of them fired).
+PERFORMANCE_EXPLAINERS = ("input_bound", "eager_execution", "retracing", "thread_limited", "cpu_oversubscribed",
+                          "small_batch")

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import statistics
 
-from tensorgauge.model import Event, Finding, Phase, RunRecord, Sample
+from tensorgauge.analyse.rules import RunFacts, rule
+from tensorgauge.model import Event, Finding, Phase, Sample
 from tensorgauge.units import format_bytes
+from tensorgauge.hook.protocol import Kind
 
 DATASET_IN_MEMORY_BYTES = 100 << 20  # from_tensor_slices inputs worth reporting
 # Growth after the first epoch (the allocator warms up during it) worth reporting:
@@ -26,8 +28,8 @@ def peak_phase(phases: list[Phase], t: float | None) -> Phase | None:
 def _datasets(events: list[Event]) -> tuple[int, list[dict]]:
     """(bytes given to from_tensor_slices, shuffles whose buffer holds the whole data set)."""
     sliced = sum(int(e.data.get("bytes") or 0) for e in events
-                 if e.kind == "dataset" and e.data.get("op") == "from_tensor_slices")
-    whole = [e.data for e in events if e.kind == "dataset" and e.data.get("op") == "shuffle"
+                 if e.kind == Kind.DATASET and e.data.get("op") == "from_tensor_slices")
+    whole = [e.data for e in events if e.kind == Kind.DATASET and e.data.get("op") == "shuffle"
              and (e.data.get("elements") or 0) > 0 and e.data.get("buffer_size", 0) >= e.data["elements"]]
     return sliced, whole
 
@@ -69,52 +71,63 @@ def _budget_fix(findings: list[Finding]) -> str:
     return fix + " A smaller batch size or model lowers the peak."
 
 
-def memory_findings(record: RunRecord, samples: list[Sample], events: list[Event],
-                    phases: list[Phase]) -> list[Finding]:
-    findings: list[Finding] = []
-    peak = max(samples, key=lambda s: s.rss_bytes) if samples else None
-    at_peak = peak_phase(phases, peak.t if peak else None)
-    sliced, whole_shuffles = _datasets(events)
-    growth = _growth(phases, samples)
+@rule("dataset_in_memory", category="memory")
+def dataset_in_memory(f: RunFacts) -> Finding | None:
+    sliced, whole_shuffles = _datasets(f.events)
+    if sliced < DATASET_IN_MEMORY_BYTES:
+        return None
+    peak = max(f.samples, key=lambda s: s.rss_bytes) if f.samples else None
+    extra = sum(int(d["buffer_size"] / d["elements"] * sliced) for d in whole_shuffles)
+    return Finding(
+        id="dataset_in_memory", severity="moderate",
+        title=f"The data set is held in memory: from_tensor_slices took {format_bytes(sliced)} of arrays",
+        evidence={"from_tensor_slices_bytes": sliced, "shuffle_buffers_holding_all": whole_shuffles,
+                  "rss_peak_bytes": peak.rss_bytes if peak else None},
+        fix="Stream the data instead of slicing in-memory arrays: write it once to TFRecord files and read "
+            "them with tf.data.TFRecordDataset, or use tf.data.Dataset.from_generator / a keras.utils.PyDataset; "
+            "keep the shuffle buffer well below the data set's size (e.g. 10,000 elements).",
+        expected_gain=f"about {format_bytes(sliced + extra)} less memory")
 
-    if sliced >= DATASET_IN_MEMORY_BYTES:
-        extra = sum(int(d["buffer_size"] / d["elements"] * sliced) for d in whole_shuffles)
-        findings.append(Finding(
-            id="dataset_in_memory", severity="moderate",
-            title=f"The data set is held in memory: from_tensor_slices took {format_bytes(sliced)} of arrays",
-            evidence={"from_tensor_slices_bytes": sliced, "shuffle_buffers_holding_all": whole_shuffles,
-                      "rss_peak_bytes": peak.rss_bytes if peak else None},
-            fix="Stream the data instead of slicing in-memory arrays: write it once to TFRecord files and read "
-                "them with tf.data.TFRecordDataset, or use tf.data.Dataset.from_generator / a keras.utils.PyDataset; "
-                "keep the shuffle buffer well below the data set's size (e.g. 10,000 elements).",
-            expected_gain=f"about {format_bytes(sliced + extra)} less memory"))
-    if growth is not None:
-        start, per_epoch = growth
-        findings.append(Finding(
-            id="memory_growth", severity="moderate",
-            title=f"Memory grows by {format_bytes(per_epoch)} per epoch during training",
-            evidence={"rss_after_first_epoch_bytes": start, "growth_per_epoch_bytes": per_epoch},
-            fix="Something keeps a reference to every batch or result: look for lists that collect tensors, "
-                "arrays or histories inside callbacks or the training loop, and keep only what you need "
-                "(e.g. float(loss) instead of the tensor).",
-            expected_gain=f"about {format_bytes(per_epoch)} per epoch"))
 
-    budget = record.budget or {}
-    if budget.get("stopped"):
-        limit = budget.get("max_memory_bytes")
-        where = f" during '{at_peak.name}'" if at_peak else ""
-        held = [f"peak {format_bytes(budget.get('peak_bytes'))}{where}"]
-        if sliced:
-            held.append(f"{format_bytes(sliced)} from from_tensor_slices")
-        if growth:
-            held.append(f"growth of {format_bytes(growth[1])} per epoch")
-        findings.append(Finding(
-            id="memory_budget", severity="high",
-            title=f"Stopped by the memory budget of {format_bytes(limit)}: " + ", ".join(held),
-            evidence={"budget_bytes": limit, "peak_bytes": budget.get("peak_bytes"),
-                      "peak_phase": at_peak.name if at_peak else None, "from_tensor_slices_bytes": sliced,
-                      "growth_per_epoch_bytes": growth[1] if growth else None,
-                      "checkpoint": budget.get("checkpoint"), "graceful": budget.get("graceful")},
-            fix=_budget_fix(findings),
-            expected_gain=None))
-    return findings
+@rule("memory_growth", category="memory")
+def memory_growth(f: RunFacts) -> Finding | None:
+    growth = _growth(f.phases, f.samples)
+    if growth is None:
+        return None
+    start, per_epoch = growth
+    return Finding(
+        id="memory_growth", severity="moderate",
+        title=f"Memory grows by {format_bytes(per_epoch)} per epoch during training",
+        evidence={"rss_after_first_epoch_bytes": start, "growth_per_epoch_bytes": per_epoch},
+        fix="Something keeps a reference to every batch or result: look for lists that collect tensors, "
+            "arrays or histories inside callbacks or the training loop, and keep only what you need "
+            "(e.g. float(loss) instead of the tensor).",
+        expected_gain=f"about {format_bytes(per_epoch)} per epoch")
+
+
+@rule("memory_budget", category="memory")
+def memory_budget(f: RunFacts) -> Finding | None:
+    """The budget stop, with what held the memory (read from the memory findings before it)."""
+    budget = f.record.budget or {}
+    if not budget.get("stopped"):
+        return None
+    peak = max(f.samples, key=lambda s: s.rss_bytes) if f.samples else None
+    at_peak = peak_phase(f.phases, peak.t if peak else None)
+    sliced, _ = _datasets(f.events)
+    growth = _growth(f.phases, f.samples)
+    limit = budget.get("max_memory_bytes")
+    where = f" during '{at_peak.name}'" if at_peak else ""
+    held = [f"peak {format_bytes(budget.get('peak_bytes'))}{where}"]
+    if sliced:
+        held.append(f"{format_bytes(sliced)} from from_tensor_slices")
+    if growth:
+        held.append(f"growth of {format_bytes(growth[1])} per epoch")
+    return Finding(
+        id="memory_budget", severity="high",
+        title=f"Stopped by the memory budget of {format_bytes(limit)}: " + ", ".join(held),
+        evidence={"budget_bytes": limit, "peak_bytes": budget.get("peak_bytes"),
+                  "peak_phase": at_peak.name if at_peak else None, "from_tensor_slices_bytes": sliced,
+                  "growth_per_epoch_bytes": growth[1] if growth else None,
+                  "checkpoint": budget.get("checkpoint"), "graceful": budget.get("graceful")},
+        fix=_budget_fix(f.found),
+        expected_gain=None)

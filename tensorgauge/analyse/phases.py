@@ -14,6 +14,7 @@ import math
 from bisect import bisect_left, bisect_right
 
 from tensorgauge.model import PHASE_KINDS, Event, Phase, Sample
+from tensorgauge.hook.protocol import Kind
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -47,7 +48,7 @@ def build_phases(events: list[Event], samples: list[Sample], end: float | None =
 
     for event in events:
         data = event.data
-        if event.kind == "phase_begin":
+        if event.kind == Kind.PHASE_BEGIN:
             key = (event.pid, data.get("id"))
             kind = data.get("phase_kind")
             parent_key = (event.pid, data.get("parent"))
@@ -58,7 +59,7 @@ def build_phases(events: list[Event], samples: list[Sample], end: float | None =
             index_of[key] = len(phases)
             begin_cpu[len(phases)] = data.get("cpu")
             phases.append(phase)
-        elif event.kind == "phase_end":
+        elif event.kind == Kind.PHASE_END:
             index = index_of.get((event.pid, data.get("id")))
             if index is None:
                 continue
@@ -70,7 +71,7 @@ def build_phases(events: list[Event], samples: list[Sample], end: float | None =
             if begin_cpu[index] is not None and data.get("cpu") is not None:
                 phase.cpu_seconds = max(0.0, data["cpu"] - begin_cpu[index])
                 begin_cpu[index] = None  # mark as measured exactly
-        elif event.kind == "steps":
+        elif event.kind == Kind.STEPS:
             index = index_of.get((event.pid, data.get("phase")))
             if index is not None:
                 step_seconds.setdefault(index, []).extend(data.get("seconds") or [])
@@ -122,3 +123,9 @@ def _sample_figures(phase: Phase, samples: list[Sample], times: list[float]) -> 
 
 def top_level(phases: list[Phase]) -> list[Phase]:
     return [p for p in phases if p.parent is None]
+
+
+def main_fit(phases: list[Phase]) -> Phase | None:
+    """The run's main training phase, for every rule and view: its longest ``fit``."""
+    fits = [p for p in phases if p.kind == "fit"]
+    return max(fits, key=lambda p: p.wall_seconds) if fits else None

@@ -13,8 +13,10 @@ from __future__ import annotations
 from collections import defaultdict
 
 from tensorgauge.hook.placement import short_device
-from tensorgauge.model import Event, Finding, Phase, RunRecord
+from tensorgauge.analyse.rules import RunFacts, rule
+from tensorgauge.model import Finding
 from tensorgauge.units import format_bytes
+from tensorgauge.hook.protocol import Kind
 
 TOP_OPS = 5
 GPU_IDLE_UTIL = 5.0  # % mean GPU utilisation during fit under which the GPU counts as unused
@@ -145,46 +147,58 @@ def gpu_not_visible(host: dict, job: dict) -> Finding | None:
                    fix=fix, expected_gain=None)
 
 
-def placement_findings(record: RunRecord, events: list[Event], phases: list[Phase]) -> list[Finding]:
-    """Placement findings for a recorded run."""
-    host, job = record.env.get("host") or {}, record.env.get("job") or {}
-    visible = job.get("gpus_visible")
-    hidden = gpu_not_visible(host, job)
-    findings = [hidden] if hidden else []
-    if not visible:
-        return findings
-    placed = [e.data for e in events if e.kind == "placement"]
-    for data in placed[-1:]:
-        devices = data.get("devices") or {}
-        total = sum(d.get("bytes", 0) for d in devices.values())
-        on_cpu = sum(d.get("bytes", 0) for name, d in devices.items() if name.startswith("CPU"))
-        if total and on_cpu > total / 2:
-            findings.append(variables_on_cpu(on_cpu, total, None))
-    fits = [p for p in phases if p.kind == "fit" and p.wall_seconds >= 1.0]
-    for fit in fits[:1]:
-        if fit.gpu_util_mean is not None and fit.gpu_util_mean < GPU_IDLE_UTIL and fit.cores_busy_mean >= 0.5:
-            findings.append(Finding(
-                id="gpu_unused", severity="high",
-                title=f"TensorFlow sees {visible} GPU(s) but training ran on the CPU: GPU busy "
-                      f"{fit.gpu_util_mean:.0f}% on average, {fit.cores_busy_mean:.2f} cores busy",
-                evidence={"gpus_visible": visible, "fit_gpu_util_mean": fit.gpu_util_mean,
-                          "fit_cores_busy_mean": round(fit.cores_busy_mean, 2)},
-                fix="Look for a with tf.device('/CPU:0') scope around the model or fit, CUDA_VISIBLE_DEVICES or "
-                    "tf.config.set_visible_devices hiding the GPU from this process; run "
-                    "'tensorgauge devices MODEL' to see where the weights and ops are.",
-                expected_gain=None))
-    probe = next((e.data for e in events if e.kind == "input_probe" and e.data.get("copies")), None)
-    if probe:
-        steps = max(1, len(probe.get("step_seconds") or []))
-        per_step = probe["copies"] / steps
-        if per_step >= COPIES_PER_STEP:
-            findings.append(Finding(
-                id="host_device_copies", severity="moderate",
-                title=f"{per_step:.0f} host<->GPU copies a step ({probe.get('copy_seconds', 0) / steps * 1000:.1f} ms)",
-                evidence={"copies_per_step": round(per_step, 1),
-                          "copy_seconds_per_step": round(probe.get("copy_seconds", 0) / steps, 6)},
-                fix="Keep the data on one device: move ops without a GPU kernel (string, py_function, some "
-                    "image ops) into the tf.data pipeline, avoid .numpy() and Python scalars inside the step, "
-                    "and end the input pipeline with .prefetch so the one batch copy overlaps compute.",
-                expected_gain="the copy time per step"))
-    return findings
+@rule("gpu_not_visible", category="placement")
+def _gpu_not_visible(f: RunFacts) -> Finding | None:
+    return gpu_not_visible(f.host, f.job)
+
+
+@rule("variables_on_cpu", category="placement")
+def _variables_on_cpu(f: RunFacts) -> Finding | None:
+    placed = f.last(Kind.PLACEMENT)
+    if not f.job.get("gpus_visible") or placed is None:
+        return None
+    devices = placed.get("devices") or {}
+    total = sum(d.get("bytes", 0) for d in devices.values())
+    on_cpu = sum(d.get("bytes", 0) for name, d in devices.items() if name.startswith("CPU"))
+    return variables_on_cpu(on_cpu, total, None) if total and on_cpu > total / 2 else None
+
+
+@rule("gpu_unused", category="placement")
+def gpu_unused(f: RunFacts) -> Finding | None:
+    visible, fit = f.job.get("gpus_visible"), f.fit
+    if not visible or fit is None or fit.wall_seconds < 1.0 or fit.gpu_util_mean is None:
+        return None
+    if fit.gpu_util_mean >= GPU_IDLE_UTIL or fit.cores_busy_mean < 0.5:
+        return None
+    return Finding(
+        id="gpu_unused", severity="high",
+        title=f"TensorFlow sees {visible} GPU(s) but training ran on the CPU: GPU busy "
+              f"{fit.gpu_util_mean:.0f}% on average, {fit.cores_busy_mean:.2f} cores busy",
+        evidence={"gpus_visible": visible, "fit_gpu_util_mean": fit.gpu_util_mean,
+                  "fit_cores_busy_mean": round(fit.cores_busy_mean, 2)},
+        fix="Look for a with tf.device('/CPU:0') scope around the model or fit, CUDA_VISIBLE_DEVICES or "
+            "tf.config.set_visible_devices hiding the GPU from this process; run "
+            "'tensorgauge devices MODEL' to see where the weights and ops are.",
+        expected_gain=None)
+
+
+@rule("host_device_copies", category="placement")
+def host_device_copies(f: RunFacts) -> Finding | None:
+    if not f.job.get("gpus_visible"):
+        return None
+    probe = next((e.data for e in f.events if e.kind == Kind.INPUT_PROBE and e.data.get("copies")), None)
+    if not probe:
+        return None
+    steps = max(1, len(probe.get("step_seconds") or []))
+    per_step = probe["copies"] / steps
+    if per_step < COPIES_PER_STEP:
+        return None
+    return Finding(
+        id="host_device_copies", severity="moderate",
+        title=f"{per_step:.0f} host<->GPU copies a step ({probe.get('copy_seconds', 0) / steps * 1000:.1f} ms)",
+        evidence={"copies_per_step": round(per_step, 1),
+                  "copy_seconds_per_step": round(probe.get("copy_seconds", 0) / steps, 6)},
+        fix="Keep the data on one device: move ops without a GPU kernel (string, py_function, some "
+            "image ops) into the tf.data pipeline, avoid .numpy() and Python scalars inside the step, "
+            "and end the input pipeline with .prefetch so the one batch copy overlaps compute.",
+        expected_gain="the copy time per step")

@@ -16,6 +16,7 @@ import statistics
 from dataclasses import dataclass
 
 from tensorgauge.model import Finding
+from tensorgauge.hook.protocol import Kind
 
 WAIT_MIN_SECONDS = 0.002  # per step: less than this between workers is noise
 WAIT_MIN_SHARE = 0.10  # ... or than this share of the step
@@ -45,7 +46,7 @@ def worker_row(report) -> WorkerRow:
     worker = (record.env.get("worker") or {}).get("worker") or record.name or record.run_id
     fits = [p for p in report.phases if p.kind == "fit"]
     fit = max(fits, key=lambda p: p.wall_seconds) if fits else None
-    probe = next((e.data for e in report.events if e.kind == "input_probe" and e.data.get("step_seconds")), None)
+    probe = next((e.data for e in report.events if e.kind == Kind.INPUT_PROBE and e.data.get("step_seconds")), None)
     steps = len(probe["step_seconds"]) if probe else 0
 
     def per_step(key: str) -> float | None:

@@ -20,6 +20,7 @@ import time
 
 import tensorgauge
 from tensorgauge.hook.channel import channel
+from tensorgauge.hook.protocol import Kind
 
 QUICK = {"numpy_sizes": (1000, 2000), "tf_size": 1000, "fit_rows": 4096, "batches": (16, 128, 512),
          "data_elements": 20_000, "repeats": 3}
@@ -47,7 +48,7 @@ def run(config: dict) -> dict:
     def record(name, group, value, unit, seconds, higher_is_better=True):
         results[name] = {"value": value, "unit": unit, "higher_is_better": higher_is_better,
                          "seconds": round(seconds, 6), "group": group}
-        channel().emit("bench_result", name=name, **results[name])
+        channel().emit(Kind.BENCH_RESULT, name=name, **results[name])
         _progress(f"{name}: {value:,.1f} {unit}")
 
     import numpy as np

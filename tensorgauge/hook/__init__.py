@@ -28,8 +28,9 @@ def exit_job(code: int) -> None:
 
 def _at_exit() -> None:
     from tensorgauge.hook.channel import channel
+    from tensorgauge.hook.protocol import Kind
 
-    channel().emit("exit")
+    channel().emit(Kind.EXIT)
     if _exit_code is not None:
         import os
         import sys

@@ -13,6 +13,7 @@ import threading
 import time
 
 from tensorgauge.hook.channel import channel
+from tensorgauge.hook.protocol import Kind
 
 STEP_FLUSH_SECONDS = 0.5
 STEP_FLUSH_COUNT = 512
@@ -64,7 +65,7 @@ class Agent:
             phase = _Open(self._next_id, kind, auto, now)
             self._next_id += 1
             self._stack.append(phase)
-            channel().emit("phase_begin", id=phase.id, name=name, phase_kind=kind,
+            channel().emit(Kind.PHASE_BEGIN, id=phase.id, name=name, phase_kind=kind,
                            parent=top.id if top else None)
             return phase.id
 
@@ -84,7 +85,7 @@ class Agent:
                 data = {"id": phase.id}
                 if error is not None:
                     data["error"] = type(error).__name__
-                channel().emit("phase_end", **data)
+                channel().emit(Kind.PHASE_END, **data)
                 if phase.id == phase_id:
                     break
 
@@ -125,7 +126,7 @@ class Agent:
 
     def _flush_steps(self, phase: _Open, now: float) -> None:
         if phase.durations:
-            channel().emit("steps", phase=phase.id, seconds=[round(d, 7) for d in phase.durations],
+            channel().emit(Kind.STEPS, phase=phase.id, seconds=[round(d, 7) for d in phase.durations],
                            ends=phase.ends)
             phase.durations, phase.ends = [], []
         phase.last_flush = now

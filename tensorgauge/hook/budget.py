@@ -21,10 +21,10 @@ import os
 import sys
 
 from tensorgauge.hook.channel import channel
+from tensorgauge.hook.protocol import Kind
 
-STOP_FILE_ENV = "TENSORGAUGE_STOP_FILE"
-CHECKPOINT_ENV = "TENSORGAUGE_CHECKPOINT_DIR"
-GPU_MEMORY_ENV = "TENSORGAUGE_GPU_MEMORY_LIMIT"
+from tensorgauge.hook.protocol import CHECKPOINT_ENV, GPU_MEMORY_ENV, STOP_FILE_ENV
+
 BUDGET_EXIT_CODE = 75  # EX_TEMPFAIL: stopped by the budget, run again to resume
 
 
@@ -60,7 +60,7 @@ def restore_callback(keras_callbacks, model):
             return None
     except OSError:
         return None
-    channel().emit("budget_resume", checkpoint=folder)
+    channel().emit(Kind.BUDGET_RESUME, checkpoint=folder)
     return backup_class(folder)
 
 
@@ -87,8 +87,8 @@ def stop_training(model, callbacks, keras_callbacks, epoch: int) -> None:
             backup.delete_checkpoint = False  # fit's on_train_end must keep it
             checkpoint = backup.backup_dir
     except Exception as exc:  # a full disk: stop anyway
-        channel().emit("budget_checkpoint_failed", error=f"{type(exc).__name__}: {exc}")
-    channel().emit("budget_stop", checkpoint=checkpoint, epoch=epoch)
+        channel().emit(Kind.BUDGET_CHECKPOINT_FAILED, error=f"{type(exc).__name__}: {exc}")
+    channel().emit(Kind.BUDGET_STOP, checkpoint=checkpoint, epoch=epoch)
     model.stop_training = True
 
 
@@ -115,7 +115,7 @@ def apply_gpu_memory_limit(tf) -> None:
             applied += 1
     except Exception as exc:  # GPUs already initialised by the job
         error = f"{type(exc).__name__}: {exc}"
-    channel().emit("budget_gpu_memory", limit_bytes=int(limit), gpus=applied, error=error)
+    channel().emit(Kind.BUDGET_GPU_MEMORY, limit_bytes=int(limit), gpus=applied, error=error)
 
 
 def _nbytes(value) -> int:
@@ -136,7 +136,7 @@ def patch_datasets(dataset_class) -> None:
         def from_tensor_slices(tensors, *args, **kwargs):
             dataset = function(tensors, *args, **kwargs)
             try:
-                channel().emit("dataset", op="from_tensor_slices", bytes=_nbytes(tensors),
+                channel().emit(Kind.DATASET, op="from_tensor_slices", bytes=_nbytes(tensors),
                                elements=int(dataset.cardinality()))
             except Exception:
                 pass
@@ -150,7 +150,7 @@ def patch_datasets(dataset_class) -> None:
         @functools.wraps(shuffle)
         def shuffle_wrapper(self, buffer_size, *args, **kwargs):
             try:
-                channel().emit("dataset", op="shuffle", buffer_size=int(buffer_size),
+                channel().emit(Kind.DATASET, op="shuffle", buffer_size=int(buffer_size),
                                elements=int(self.cardinality()))
             except Exception:
                 pass

@@ -15,7 +15,7 @@ import json
 import os
 import time
 
-EVENTS_ENV = "TENSORGAUGE_EVENTS"
+from tensorgauge.hook.protocol import EVENTS_ENV
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 

@@ -34,8 +34,9 @@ import tempfile
 import time
 
 from tensorgauge.hook.channel import channel
+from tensorgauge.hook.protocol import Kind
 
-DIAGNOSE_ENV = "TENSORGAUGE_DIAGNOSE"
+from tensorgauge.hook.protocol import DIAGNOSE_ENV
 WINDOW_START = 10
 WINDOW_STEPS = 10
 _GET_NEXT = "IteratorGetNextOp::DoCompute"
@@ -57,7 +58,7 @@ def send_fit_config(model, args: list, kwargs: dict) -> None:
             batch_size = _dataset_batch_size(x)
         threading = tf.config.threading if tf else None
         epochs = kwargs.get("epochs", args[3] if len(args) > 3 else 1)
-        channel().emit("fit_config", run_eagerly=bool(getattr(model, "run_eagerly", False)),
+        channel().emit(Kind.FIT_CONFIG, run_eagerly=bool(getattr(model, "run_eagerly", False)),
                        intra_op_threads=threading.get_intra_op_parallelism_threads() if threading else None,
                        inter_op_threads=threading.get_inter_op_parallelism_threads() if threading else None,
                        functions_run_eagerly=bool(tf.config.functions_run_eagerly()) if tf else None,
@@ -171,7 +172,7 @@ def patch_tracing() -> None:
     @functools.wraps(original)
     def traced(function_type, type_context, func_graph, tracing_options):
         try:
-            channel().emit("trace", function=str(getattr(tracing_options, "name", "?")))
+            channel().emit(Kind.TRACE, function=str(getattr(tracing_options, "name", "?")))
         except Exception:
             pass
         return original(function_type, type_context, func_graph, tracing_options)
@@ -198,7 +199,7 @@ def patch_eager_gradients(tf) -> None:
             elif state["count"] == state["next"]:
                 state["next"] *= 2
                 try:
-                    channel().emit("eager_gradients", count=state["count"],
+                    channel().emit(Kind.EAGER_GRADIENTS, count=state["count"],
                                    seconds=time.monotonic() - state["first"])
                 except Exception:
                     pass
@@ -255,9 +256,9 @@ def compute_probe(model, fit_input) -> None:
         finally:
             for variable, value in saved:
                 variable.assign(value)
-        channel().emit("compute_probe", step_seconds=times[2:], total_seconds=time.monotonic() - began)
+        channel().emit(Kind.COMPUTE_PROBE, step_seconds=times[2:], total_seconds=time.monotonic() - began)
     except Exception as exc:
-        channel().emit("compute_probe", error=f"{type(exc).__name__}: {exc}")
+        channel().emit(Kind.COMPUTE_PROBE, error=f"{type(exc).__name__}: {exc}")
 
 
 class ProfilerWindow:
@@ -296,7 +297,7 @@ class ProfilerWindow:
             self.active = True
         except Exception as exc:
             ProfilerWindow.done = True
-            channel().emit("input_probe", error=f"{type(exc).__name__}: {exc}")
+            channel().emit(Kind.INPUT_PROBE, error=f"{type(exc).__name__}: {exc}")
 
     def finish(self) -> None:
         """Stop the profiler (at the window's end, or when fit ends first) and report."""
@@ -311,11 +312,11 @@ class ProfilerWindow:
             tf.profiler.experimental.stop()
             steps = [b - a for a, b in zip(self.step_starts, self.step_starts[1:])]
             waits, functions, copies, totals = self._trace_seconds(len(steps))
-            channel().emit("input_probe", step_seconds=steps, get_next_seconds=waits, function_seconds=functions,
+            channel().emit(Kind.INPUT_PROBE, step_seconds=steps, get_next_seconds=waits, function_seconds=functions,
                            copies=len(copies), copy_seconds=sum(copies), **totals,
                            start_seconds=self.start_seconds, stop_seconds=time.monotonic() - began)
         except Exception as exc:
-            channel().emit("input_probe", error=f"{type(exc).__name__}: {exc}")
+            channel().emit(Kind.INPUT_PROBE, error=f"{type(exc).__name__}: {exc}")
         finally:
             shutil.rmtree(self.logdir, ignore_errors=True)
 

@@ -27,10 +27,9 @@ import sys
 import time
 
 from tensorgauge.hook.channel import channel
+from tensorgauge.hook.protocol import Kind
 
-FIX_ENV = "TENSORGAUGE_FIX"
-WINDOW_ENV = "TENSORGAUGE_WINDOW_STEPS"
-WARMUP_ENV = "TENSORGAUGE_WINDOW_WARMUP"
+from tensorgauge.hook.protocol import FIX_ENV, WARMUP_ENV, WINDOW_ENV
 WARMUP_STEPS = 3
 FIXES = ("parallel_map", "prefetch", "cache", "no_eager", "threads")
 
@@ -117,7 +116,7 @@ class Window:
         self.marks.append(time.monotonic())
         if len(self.marks) > self.warmup + self.steps:
             timed = self.marks[self.warmup:]
-            channel().emit("try_window", fixes=sorted(active()),
+            channel().emit(Kind.TRY_WINDOW, fixes=sorted(active()),
                            step_seconds=[b - a for a, b in zip(timed, timed[1:])])
             self.finished = True
             model.stop_training = True

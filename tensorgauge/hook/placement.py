@@ -8,6 +8,7 @@ short device name, e.g. ``GPU:0``). Keras 3 variables keep the device on
 from __future__ import annotations
 
 from tensorgauge.hook.channel import channel
+from tensorgauge.hook.protocol import Kind
 
 
 def short_device(device: str | None) -> str:
@@ -72,6 +73,6 @@ def send(obj, after: str) -> None:
     try:
         variables = variables_of(obj)
         if variables:
-            channel().emit("placement", after=after, devices=by_device(variables))
+            channel().emit(Kind.PLACEMENT, after=after, devices=by_device(variables))
     except Exception:
         pass

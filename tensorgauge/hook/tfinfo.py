@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 
 from tensorgauge.hook.channel import channel
+from tensorgauge.hook.protocol import Kind
 
 
 def _safe(fn, default=None):
@@ -76,4 +77,4 @@ def python_facts() -> dict:
 def send_facts() -> None:
     facts = python_facts()
     facts.update(_safe(tensorflow_facts, {}) or {})
-    channel().emit("env", facts=facts)
+    channel().emit(Kind.ENV, facts=facts)

@@ -13,6 +13,7 @@ import math
 from collections import Counter
 
 from tensorgauge.model import Sample
+from tensorgauge.hook.protocol import Kind
 
 MAX_BINS = 1500
 MAX_HEATMAP_CELLS = 40_000
@@ -94,7 +95,7 @@ def _numbers(events, key: str) -> list[float]:
     """The ``key`` lists of the ``steps`` events (an event holding anything but numbers is skipped)."""
     out: list[float] = []
     for e in events:
-        if e.kind == "steps":
+        if e.kind == Kind.STEPS:
             try:
                 out.extend([x + 0.0 for x in e.data.get(key) or ()])
             except TypeError:

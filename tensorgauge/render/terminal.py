@@ -11,7 +11,7 @@ from rich.table import Table
 from tensorgauge.analyse.account import account
 from tensorgauge.model import Phase, RunRecord
 from tensorgauge.render.phase_columns import phase_columns
-from tensorgauge.report import RunReport
+from tensorgauge.analyse.report import RunReport
 from tensorgauge.units import format_bytes, format_seconds
 
 

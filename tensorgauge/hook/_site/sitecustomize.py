@@ -47,10 +47,12 @@ def _chain_next_sitecustomize():
 def _start():
     import os
 
-    if os.environ.get("TENSORGAUGE_NO_HOOK"):
-        return
     try:
         _load_tensorgauge()
+        from tensorgauge.hook.protocol import NO_HOOK_ENV
+
+        if os.environ.get(NO_HOOK_ENV):
+            return
         from tensorgauge.hook import install
 
         install()

@@ -4,53 +4,41 @@ The monitor is this process, never a thread in the job. It waits between ticks
 in ``sigtimedwait`` so that the job's end (SIGCHLD) and Ctrl-C / SIGTERM wake it
 at once; signals sent to the monitor alone are forwarded to the job, and a
 Ctrl-C typed at the terminal (which the job receives itself) is not sent twice.
-Every tick's samples and the hook's events are committed to the store.
+The loop itself (sample, budget, record, observers) is :class:`~.monitor.Monitor`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import os
 import secrets
 import shutil
 import signal
 import subprocess
 import tempfile
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol
 
-from tensorgauge.budget.enforce import BudgetWatch, kill_tree
-from tensorgauge.budget.limits import Budget
-from tensorgauge.cluster import worker_identity
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.hook import channel as hook_channel
-from tensorgauge.hook.diagnose import DIAGNOSE_ENV
-from tensorgauge.model import Event, RunRecord, Sample
-from tensorgauge.recorder import Recorder
-from tensorgauge.sampler import Sampler
+from tensorgauge.hook.protocol import DIAGNOSE_ENV, EVENTS_ENV, NO_CGROUP_ENV, NO_HOOK_ENV, RUN_ID_ENV, Kind
+from tensorgauge.model import RunRecord
+from tensorgauge.monitoring.budget import BudgetWatch, kill_tree
+from tensorgauge.monitoring.limits import Budget
+from tensorgauge.monitoring.monitor import Monitor, Observer, Sources
+from tensorgauge.monitoring.recorder import Recorder
+from tensorgauge.monitoring.sampler import Sampler
 from tensorgauge.sources import cgroup
-from tensorgauge.sources.clock import MonotonicClock
-from tensorgauge.sources.fingerprint import host_fingerprint
-from tensorgauge.sources.nvml import open_gpus
-from tensorgauge.sources.process_tree import CgroupProcessTree, ProcfsProcessTree, descendants, read_stat
-from tensorgauge.sources.system import PsutilSystem
+from tensorgauge.sources.cluster import worker_identity
+from tensorgauge.sources.process_tree import descendants
 from tensorgauge.store import Store
 
-HOOK_SITE_DIR = Path(__file__).parent / "hook" / "_site"
-RUN_ID_ENV = "TENSORGAUGE_RUN_ID"
-NO_HOOK_ENV = "TENSORGAUGE_NO_HOOK"
-NO_CGROUP_ENV = "TENSORGAUGE_NO_CGROUP"  # sample through /proc even where a cgroup could be made
+HOOK_SITE_DIR = Path(__file__).parent.parent / "hook" / "_site"
 
 _WAKE_SIGNALS = (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _SI_KERNEL = 0x80  # si_code of a signal the terminal generated (Ctrl-C, Ctrl-\)
-
-
-class Observer(Protocol):
-    """Sees the run live: each new sample (None on the last, forced tick) and the events that came with it."""
-
-    def observe(self, sample: Sample | None, events: list[Event]) -> None: ...
 
 
 @dataclass
@@ -85,7 +73,7 @@ def job_environment(events_path: str | None, run_id: str, hook: bool, base: dict
     env = dict(os.environ if base is None else base)
     env[RUN_ID_ENV] = run_id
     if events_path:
-        env[hook_channel.EVENTS_ENV] = events_path
+        env[EVENTS_ENV] = events_path
     if hook:
         env.pop(NO_HOOK_ENV, None)
         parts = [str(HOOK_SITE_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -96,19 +84,23 @@ def job_environment(events_path: str | None, run_id: str, hook: bool, base: dict
 def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name: str | None = None,
         hook: bool = True, on_start: Callable[[RunRecord], None] | None = None,
         budget: Budget | None = None, checkpoint_dir: str | None = None, diagnose: bool = False,
-        extra_env: dict[str, str] | None = None, observers: list[Observer] = (),
-        job: str | None = None) -> RunResult:
+        extra_env: dict[str, str] | None = None, observers: Sequence[Observer] = (),
+        job: str | None = None, sources: Sources | None = None,
+        report: Callable[[str], None] | None = None) -> RunResult:
     """Run ``command`` to its end under the monitor and record it in ``store``.
 
-    With a ``budget``, the job is kept inside it (see :mod:`tensorgauge.budget.enforce`);
+    With a ``budget``, the job is kept inside it (see :mod:`tensorgauge.monitoring.budget`);
     ``checkpoint_dir`` is where a graceful stop leaves a resumable checkpoint; ``observers``
     see every sample and event as it is recorded (live view, TensorBoard, Prometheus);
-    ``job`` groups the workers of one distributed job (else taken from ``TF_CONFIG``)."""
+    ``job`` groups the workers of one distributed job (else taken from ``TF_CONFIG``);
+    ``sources``: where readings come from (the real ones by default); ``report``: where
+    a problem of the monitor's own (an observer failing) is told."""
     command = resolve_command(command)
+    sources = sources or Sources()
+    clock = sources.clock
     run_id = new_run_id()
     events_fd, events_path = tempfile.mkstemp(prefix=f"tensorgauge-{run_id}-", suffix=".jsonl")
     os.close(events_fd)
-    clock = MonotonicClock()
 
     watch = None
     env = job_environment(events_path, run_id, hook)
@@ -127,52 +119,40 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
         os.unlink(events_path)
         raise TensorgaugeError(f"cannot start {command[0]}: {exc.strerror}") from None
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WAKE_SIGNALS)
-    tree, group = watch_tree(child.pid, run_id)
+    tree, group = sources.watch_tree(child.pid, run_id, not os.environ.get(NO_CGROUP_ENV))
     if watch:
         watch.apply(child.pid, group)
-    oom_count = group.oom_kills if group else functools.partial(cgroup.oom_kill_count,
-                                                                  cgroup.cgroup_paths(child.pid))
+
+    paths = None if group else cgroup.cgroup_paths(child.pid)  # read now: /proc/PID goes with the job
+
+    def oom_count() -> int | None:
+        return group.oom_kills() if group else cgroup.oom_kill_count(paths)
+
     oom_before = oom_count()
+    ended = _ChildEnd(child.pid)
+    gpus = sources.open_gpus()
     try:
-        gpus = open_gpus()
         job_id, worker = worker_identity(env, job)
         # "gpus": what the driver shows, whatever TensorFlow sees.
         record = RunRecord(run_id=run_id, command=list(command), started_at=started_at, name=name,
                            cwd=os.getcwd(), interval_seconds=interval_seconds, t0_monotonic=t0,
                            tree_source="cgroup" if group else "procfs", job_id=job_id,
-                           env={"host": {**host_fingerprint(), "gpus": gpus.names},
+                           env={"host": {**sources.host(), "gpus": gpus.names},
                                 **({"worker": worker} if worker else {})})
         store.save_run(record)
         if on_start:
             on_start(record)
         recorder = Recorder(store, record, t0, clock)
-        sampler = Sampler(tree, PsutilSystem(), gpus, clock, t0)
-        reader = hook_channel.EventReader(events_path)
-
-        taken = [0]
-
-        def tick(force: bool = False) -> None:
-            sample = None if force else sampler.sample()
-            taken[0] += sample is not None
-            if watch and sample:
-                watch.check(sample, lambda: kill_tree(group.pids() if group else
-                                                      [child.pid, *descendants(child.pid)]))
-            events = recorder.add([sample] if sample else [], reader.read_new(), force=force)
-            for observer in observers:
-                try:
-                    observer.observe(sample, events)
-                except Exception:  # a display or exporter failing must not stop the recording
-                    pass
-
-        status, rusage, warning = _monitor(child.pid, tick, clock, t0, interval_seconds)
+        monitor = Monitor(Sampler(tree, sources.system, gpus, clock, t0), recorder,
+                          hook_channel.EventReader(events_path), interval_seconds=interval_seconds, watch=watch,
+                          kill=lambda: kill_tree(group.pids() if group else [child.pid, *descendants(child.pid)]),
+                          observers=observers, report=report)
+        monitor.run(ended.wait)
         end = clock.now()
-        sampler.gpus.close()
-        if warning is None:
-            try:
-                tick(force=True)
-            except Exception as exc:
-                warning = f"the last samples were not saved ({exc})"
     finally:
+        gpus.close()
+        if ended.status is None:  # the monitor failed before the job ended: wait for it all the same
+            ended.wait(None)
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
         oom_after = oom_count()
         # The cgroup also counts children the job left running (rusage only has waited-for ones).
@@ -185,8 +165,10 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
             except OSError:
                 pass
 
+    status, rusage = ended.status, ended.rusage
+    warning = monitor.warning
     record.wall_seconds = end - t0
-    record.samples_taken = taken[0]
+    record.samples_taken = monitor.samples_taken
     record.cpu_seconds_total = max(rusage.ru_utime + rusage.ru_stime, group_cpu)
     record.rss_max_bytes = rusage.ru_maxrss * 1024  # Linux reports KiB
     record.complete = True
@@ -199,63 +181,55 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
         record.exit_code = os.WEXITSTATUS(status)
         exit_code = record.exit_code
     if watch:
-        stops = [e for e in recorder.seen if e.kind == "budget_stop"]
-        gpu = [e.data for e in recorder.seen if e.kind == "budget_gpu_memory"]
+        stops = [e for e in recorder.seen if e.kind == Kind.BUDGET_STOP]
+        gpu = [e.data for e in recorder.seen if e.kind == Kind.BUDGET_GPU_MEMORY]
         record.budget = watch.result(record.signal, record.exit_code, record.oom_killed,
                                      stops[-1].data.get("checkpoint") if stops else None,
                                      {"gpus": gpu[-1].get("gpus"), "error": gpu[-1].get("error")} if gpu else None)
     try:
         store.save_run(record)
     except Exception as exc:
-        warning = warning or f"the run's end was not saved ({exc})"
+        if warning is None:
+            warning = f"the run's end was not saved ({exc})"
+            if report:
+                report(warning)
     return RunResult(record=record, exit_code=exit_code, warning=warning)
 
 
-def watch_tree(pid: int, run_id: str):
-    """The job's tree as a cgroup of its own where permitted, else through /proc."""
-    if not os.environ.get(NO_CGROUP_ENV):
-        group = cgroup.JobCgroup.create(f"tensorgauge-{run_id}")
-        if group is not None:
-            before = read_stat(pid)  # the few ms the job ran before joining
-            if group.add(pid):
-                return CgroupProcessTree(group, before[0] if before else 0.0), group
-            group.remove()
-    return ProcfsProcessTree(pid), None
+class _ChildEnd:
+    """Waits for the child's end while forwarding the signals sent to the monitor alone."""
 
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.status: int | None = None
+        self.rusage = None
 
-def _monitor(pid, tick, clock, t0, interval_seconds):
-    """Call ``tick`` every ``interval_seconds`` until the child ends.
+    def _reap(self) -> bool:
+        waited_pid, status, rusage = os.wait4(self.pid, os.WNOHANG)
+        if waited_pid == self.pid:
+            self.status, self.rusage = status, rusage
+            return True
+        return False
 
-    Returns (status, rusage, warning). If a tick fails (the store's disk is
-    full, a bug), recording stops but the job is still waited for, and its
-    signals forwarded, so ``run`` still ends with the job's own exit code.
-    """
-    deadline = t0
-    warning = None
-    while True:
-        waited_pid, status, rusage = os.wait4(pid, os.WNOHANG)
-        if waited_pid == pid:
-            return status, rusage, warning
-        if warning is None:
-            try:
-                tick()
-            except Exception as exc:
-                warning = f"recording stopped at {clock.now() - t0:.1f} s ({exc}); the job ran on"
-        deadline += interval_seconds
-        now = clock.now()
-        if deadline < now:  # we fell behind (a stopped machine): do not burst
-            deadline = now + interval_seconds
-        while (timeout := deadline - clock.now()) > 0:
-            info = signal.sigtimedwait(_WAKE_SIGNALS, timeout)
+    def wait(self, timeout: float | None) -> bool:
+        """True once the child has ended; waits at most ``timeout`` seconds (None: until it ends)."""
+        if self.status is not None or self._reap():
+            return True
+        if timeout is None:
+            _, self.status, self.rusage = os.wait4(self.pid, 0)
+            return True
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            info = signal.sigtimedwait(_WAKE_SIGNALS, left)
             if info is None:
                 break
             if info.si_signo == signal.SIGCHLD:
-                waited_pid, status, rusage = os.wait4(pid, os.WNOHANG)
-                if waited_pid == pid:
-                    return status, rusage, warning
+                if self._reap():
+                    return True
             elif not (info.si_code == _SI_KERNEL and info.si_signo in (signal.SIGINT, signal.SIGQUIT)):
                 # Sent to the monitor alone (kill, a scheduler): pass it on.
                 try:
-                    os.kill(pid, info.si_signo)
+                    os.kill(self.pid, info.si_signo)
                 except ProcessLookupError:
                     pass
+        return self._reap()

@@ -1,20 +1,29 @@
 """A recorded run, analysed: the ``tensorgauge.run/1`` document.
 
-Glue between the store and analysis: loads one run and runs every analysis
-on it. Renderers take a :class:`RunReport`; ``to_dict`` is the JSON contract.
+Runs every analysis on one run's record, samples and events. Renderers take
+a :class:`RunReport`; ``to_dict`` is the JSON contract.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tensorgauge.analyse.diagnose import diagnose
-from tensorgauge.analyse.memory import memory_findings
-from tensorgauge.analyse.placement import placement_findings
+from typing import Protocol
+
+from tensorgauge.analyse.findings import find
 from tensorgauge.analyse.phases import build_phases
 from tensorgauge.analyse.summary import summarise
 from tensorgauge.model import RUN_SCHEMA, Event, Finding, Phase, RunRecord, Sample, Summary
-from tensorgauge.store import Store
+
+
+class RunSource(Protocol):
+    """What :meth:`RunReport.load` reads from (a :class:`tensorgauge.store.Store`)."""
+
+    def run(self, ref: str) -> RunRecord: ...
+
+    def samples(self, run_id: str) -> list[Sample]: ...
+
+    def events(self, run_id: str) -> list[Event]: ...
 
 
 @dataclass
@@ -30,12 +39,12 @@ class RunReport:
     def build(cls, record: RunRecord, samples: list[Sample], events: list[Event]) -> RunReport:
         phases = build_phases(events, samples, end=record.wall_seconds)
         summary = summarise(record, samples)
-        findings = (diagnose(record, events, phases, summary, samples) + memory_findings(record, samples, events, phases)
-                    + placement_findings(record, events, phases))
+        findings = find(record, samples, events, phases, summary)
         return cls(record=record, samples=samples, events=events, summary=summary, phases=phases, findings=findings)
 
     @classmethod
-    def load(cls, store: Store, ref: str) -> RunReport:
+    def load(cls, store: RunSource, ref: str) -> RunReport:
+        """The run ``ref`` read from ``store``, analysed."""
         record = store.run(ref)
         return cls.build(record, store.samples(record.run_id), store.events(record.run_id))
 

@@ -22,8 +22,9 @@ from typing import Callable
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.hook.fixes import FIX_ENV, WARMUP_ENV, WARMUP_STEPS, WINDOW_ENV
 from tensorgauge.units import format_bytes
-from tensorgauge.runner import run
+from tensorgauge.monitoring.runner import run
 from tensorgauge.store import Store
+from tensorgauge.hook.protocol import Kind
 
 CANDIDATES = {
     "parallel_map": "map(num_parallel_calls=tf.data.AUTOTUNE)",
@@ -68,9 +69,9 @@ class Trials:
 def _window(store: Store, run_id: str) -> tuple[float | None, dict, float | None]:
     """(median window step, fit's config, median compute-only step) of one window run."""
     events = store.events(run_id)
-    windows = [e.data for e in events if e.kind == "try_window" and e.data.get("step_seconds")]
-    config = next((e.data for e in events if e.kind == "fit_config"), {})
-    probe = next((e.data["step_seconds"] for e in events if e.kind == "compute_probe" and e.data.get("step_seconds")),
+    windows = [e.data for e in events if e.kind == Kind.TRY_WINDOW and e.data.get("step_seconds")]
+    config = next((e.data for e in events if e.kind == Kind.FIT_CONFIG), {})
+    probe = next((e.data["step_seconds"] for e in events if e.kind == Kind.COMPUTE_PROBE and e.data.get("step_seconds")),
                  None)
     median = statistics.median(windows[0]["step_seconds"]) if windows else None
     return median, config, statistics.median(probe) if probe else None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 
+from tensorgauge.commands._shared import console, open_store
 from tensorgauge.errors import TensorgaugeError
 
 SUITE = "tensorgauge.bench.suite"
@@ -14,8 +15,8 @@ SUITE = "tensorgauge.bench.suite"
 
 def run_bench(store, quick: bool = False, name: str | None = None):
     """Run the suite under the monitor; returns the RunReport of the stored run."""
-    from tensorgauge.report import RunReport
-    from tensorgauge.runner import run
+    from tensorgauge.analyse.report import RunReport
+    from tensorgauge.monitoring.runner import run
 
     if importlib.util.find_spec("tensorflow") is None:
         raise TensorgaugeError("bench needs TensorFlow: pip install 'tensorgauge[tensorflow]'")
@@ -26,3 +27,17 @@ def run_bench(store, quick: bool = False, name: str | None = None):
         raise TensorgaugeError(f"the benchmark suite failed (exit {result.record.exit_code}); "
                                f"see 'tensorgauge show {result.record.run_id}'")
     return RunReport.load(store, result.record.run_id)
+
+
+def bench(store: str | None, quick: bool = False, output: str | None = None) -> int:
+    from tensorgauge.analyse.bench import bench_results
+    from tensorgauge.render.compare import render_bench
+    from tensorgauge.store.bundle import export_run
+
+    opened = open_store(store)
+    report = run_bench(opened, quick=quick)
+    render_bench(console(), bench_results(report.events, report.phases), report.record.run_id)
+    out = output or f"tensorgauge-bench-{report.record.run_id}.json"
+    export_run(opened, report.record.run_id).write(out)
+    console().print(f"bundle: {out}  (compare it with: tensorgauge compare {out} OTHER)")
+    return 0

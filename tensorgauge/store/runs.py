@@ -1,10 +1,11 @@
-"""The run store, written while the job runs: SQLite in WAL mode by default, or
-PostgreSQL for many workers (see :mod:`tensorgauge.store_backends`).
+"""The run store, written while the job runs: SQLite in WAL mode by default
+(:mod:`.sqlite`), or PostgreSQL for many workers (:mod:`.postgres`).
 
 Every run lives in three tables: ``runs`` (one JSON record each), ``samples``
-and ``events``. Each commit (every 0.5 s) is one transaction, so a crash of the
-job or the monitor keeps everything up to it; a run whose monitor died stays
-marked incomplete.
+and ``events`` (one column per declared field, see :mod:`.schema`). Each commit
+is one transaction, so a crash of the job or the monitor keeps everything up
+to it; a run whose monitor died stays marked incomplete. Rows are decoded by
+column name, and a run record is checked against its declaration when read.
 """
 
 from __future__ import annotations
@@ -13,22 +14,28 @@ import contextlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
+from tensorgauge.checks import ValidationError, check_record
 from tensorgauge.errors import StoreError, UnknownRunError
 from tensorgauge.model import Event, GpuReading, RunRecord, Sample
-from tensorgauge.store_backends import (SCHEMA_VERSION, PostgresBackend, SqliteBackend,  # noqa: F401
-                                        is_url, local_data_dir)
+from tensorgauge.store.postgres import PostgresBackend, is_url
+from tensorgauge.store.schema import EVENT_COLUMNS, SAMPLE_COLUMNS, Column
+from tensorgauge.store.sqlite import SqliteBackend
 
 STORE_ENV = "TENSORGAUGE_STORE"
 
-_SAMPLE_COLUMNS = ("t", "cpu_seconds", "cores_busy", "rss_bytes", "threads", "processes",
-                   "read_bytes", "write_bytes", "uss_bytes", "pss_bytes", "mem_used_bytes",
-                   "mem_available_bytes", "cpu_percent", "gpus", "runnable")
-_INSERT_SAMPLE = (f"INSERT INTO samples (run_id, {', '.join(_SAMPLE_COLUMNS)}) "
-                  f"VALUES (?{', ?' * len(_SAMPLE_COLUMNS)})")
-_INSERT_EVENT = "INSERT INTO events (run_id, t, pid, kind, data) VALUES (?, ?, ?, ?, ?)"
+_SAMPLE_NAMES = ", ".join(c.name for c in SAMPLE_COLUMNS)
+_EVENT_NAMES = ", ".join(c.name for c in EVENT_COLUMNS)
+_INSERT_SAMPLE = f"INSERT INTO samples (run_id, {_SAMPLE_NAMES}) VALUES (?{', ?' * len(SAMPLE_COLUMNS)})"
+_INSERT_EVENT = f"INSERT INTO events (run_id, {_EVENT_NAMES}) VALUES (?{', ?' * len(EVENT_COLUMNS)})"
 _UPSERT_RUN = ("INSERT INTO runs (run_id, started_at, record) VALUES (?, ?, ?) "
                "ON CONFLICT (run_id) DO UPDATE SET started_at = excluded.started_at, record = excluded.record")
+
+
+def local_data_dir() -> Path:
+    """``$XDG_DATA_HOME/tensorgauge`` (``~/.local/share/tensorgauge``)."""
+    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "tensorgauge"
 
 
 def default_store_path() -> Path | str:
@@ -84,9 +91,9 @@ class Store:
             return
         with self._writing() as db:
             if samples:
-                db.executemany(_INSERT_SAMPLE, [(run_id, *_sample_row(s)) for s in samples])
+                db.executemany(_INSERT_SAMPLE, [(run_id, *_row(SAMPLE_COLUMNS, s)) for s in samples])
             if events:
-                db.executemany(_INSERT_EVENT, [(run_id, e.t, e.pid, e.kind, json.dumps(e.data)) for e in events])
+                db.executemany(_INSERT_EVENT, [(run_id, *_row(EVENT_COLUMNS, e)) for e in events])
 
     def import_run(self, record: RunRecord, samples: list[Sample], events: list[Event]) -> None:
         """Insert a whole run in one transaction: all of it or, on any error, nothing."""
@@ -95,8 +102,8 @@ class Store:
         with self._writing() as db:
             db.execute("INSERT INTO runs (run_id, started_at, record) VALUES (?, ?, ?)",
                        (record.run_id, record.started_at, json.dumps(record.to_dict())))
-            db.executemany(_INSERT_SAMPLE, [(record.run_id, *_sample_row(s)) for s in samples])
-            db.executemany(_INSERT_EVENT, [(record.run_id, e.t, e.pid, e.kind, json.dumps(e.data)) for e in events])
+            db.executemany(_INSERT_SAMPLE, [(record.run_id, *_row(SAMPLE_COLUMNS, s)) for s in samples])
+            db.executemany(_INSERT_EVENT, [(record.run_id, *_row(EVENT_COLUMNS, e)) for e in events])
 
     def delete_run(self, run_id: str) -> None:
         with self._writing("delete from") as db:
@@ -137,18 +144,24 @@ class Store:
         return _record(rows[0][0], self.location)
 
     def samples(self, run_id: str) -> list[Sample]:
-        rows = self._query(f"SELECT {', '.join(_SAMPLE_COLUMNS)} FROM samples WHERE run_id = ? "
-                           "ORDER BY t", (run_id,))
-        # The JSON columns parsed in one call each: a one-hour run has 36,000 rows.
-        cpu = iter(_json_column(row[-3] for row in rows))
-        gpus = iter(_json_column(row[-2] for row in rows))
-        return [_sample(row, next(cpu), next(gpus)) for row in rows]
+        rows = self._query(f"SELECT {_SAMPLE_NAMES} FROM samples WHERE run_id = ? ORDER BY t", (run_id,))
+        values = _decode(SAMPLE_COLUMNS, rows)
+        try:
+            samples = [Sample(**v) for v in values]
+            for s in samples:
+                if s.gpus:
+                    s.gpus = [GpuReading.from_dict(g) for g in s.gpus]
+        except (TypeError, AttributeError) as exc:
+            raise StoreError(f"store {self.location} holds a damaged sample ({exc})") from None
+        return samples
 
     def events(self, run_id: str) -> list[Event]:
-        rows = self._query(f"SELECT t, pid, kind, data FROM events WHERE run_id = ? "
+        rows = self._query(f"SELECT {_EVENT_NAMES} FROM events WHERE run_id = ? "
                            f"ORDER BY {self.backend.event_order}", (run_id,))
-        return [Event(t=t, pid=pid, kind=kind, data=data or {})
-                for (t, pid, kind, _), data in zip(rows, _json_column(row[3] for row in rows))]
+        events = [Event(**v) for v in _decode(EVENT_COLUMNS, rows)]
+        for e in events:
+            e.data = e.data or {}
+        return events
 
     def peaks(self) -> dict[str, tuple[int | None, int]]:
         """run_id -> (peak RSS bytes, number of samples), for listings."""
@@ -156,36 +169,44 @@ class Store:
         return {run_id: (peak, count) for run_id, peak, count in rows}
 
 
-def _record(text: str, path: Path) -> RunRecord:
+def _record(text: str, location: str) -> RunRecord:
     try:
-        return RunRecord.from_dict(json.loads(text))
-    except (ValueError, TypeError) as exc:
-        raise StoreError(f"store {path} holds a damaged run record ({exc})") from None
+        return RunRecord.from_dict(check_record(RunRecord, json.loads(text), "run"))
+    except (ValueError, TypeError, ValidationError) as exc:
+        raise StoreError(f"store {location} holds a damaged run record ({exc})") from None
 
 
-def _sample_row(s: Sample) -> tuple:
-    return (s.t, s.cpu_seconds, s.cores_busy, s.rss_bytes, s.threads, s.processes, s.read_bytes,
-            s.write_bytes, s.uss_bytes, s.pss_bytes, s.mem_used_bytes, s.mem_available_bytes,
-            json.dumps(s.cpu_percent) if s.cpu_percent is not None else None,
-            json.dumps([g.to_dict() for g in s.gpus]) if s.gpus else None, s.runnable)
+def _row(columns: tuple[Column, ...], record: Any) -> tuple:
+    """A record's values in column order, lists and objects as JSON (an empty list as NULL)."""
+    out = []
+    for c in columns:
+        value = getattr(record, c.name)
+        if c.is_json:
+            if c.kind == "records":
+                value = [v.to_dict() for v in value] or None
+            value = json.dumps(value) if value is not None else None
+        out.append(value)
+    return tuple(out)
 
 
-def _json_column(texts) -> list:
+def _decode(columns: tuple[Column, ...], rows: list[tuple]) -> list[dict[str, Any]]:
+    """Rows as {column name: value}, each JSON column parsed in one json.loads call
+    (a one-hour run has 36,000 rows)."""
+    values = [dict(zip((c.name for c in columns), row)) for row in rows]
+    for i, c in enumerate(columns):
+        if c.is_json:
+            parsed = _json_column([row[i] for row in rows])
+            empty = [] if c.kind == "records" else None
+            for value, p in zip(values, parsed):
+                value[c.name] = p if p is not None else empty
+    return values
+
+
+def _json_column(texts: list) -> list:
     """Each JSON text parsed (None for NULL), in one json.loads call."""
-    texts = list(texts)
     present = [t for t in texts if t]
     try:
-        values = iter(json.loads("[" + ",".join(present) + "]"))
+        parsed = iter(json.loads("[" + ",".join(present) + "]"))
     except ValueError as exc:
         raise StoreError(f"the store holds damaged JSON ({exc})") from None
-    return [next(values) if t else None for t in texts]
-
-
-def _sample(row: tuple, cpu_percent: list | None, gpus: list | None) -> Sample:
-    if not gpus:
-        return Sample(*row[:-3], cpu_percent, row[-1])
-    try:
-        readings = [GpuReading(**g) for g in gpus]
-    except TypeError:  # written by another version: keep the fields this one knows
-        readings = [GpuReading.from_dict(g) for g in gpus]
-    return Sample(*row[:-3], cpu_percent, row[-1], readings)
+    return [next(parsed) if t else None for t in texts]

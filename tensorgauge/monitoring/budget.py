@@ -14,7 +14,7 @@ import os
 import signal
 from dataclasses import dataclass, field
 
-from tensorgauge.budget.limits import Budget, thread_pools
+from tensorgauge.monitoring.limits import Budget, thread_pools
 from tensorgauge.hook import budget as hook_budget
 from tensorgauge.model import Sample
 from tensorgauge.sources.cgroup import JobCgroup, allowed_cpus

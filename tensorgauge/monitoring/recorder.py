@@ -9,13 +9,18 @@ job's death loses nothing, a SIGKILL of the monitor at most that long.
 
 from __future__ import annotations
 
+from tensorgauge.checks import ValidationError, check_event_data, check_object
 from tensorgauge.model import Event, RunRecord, Sample
 from tensorgauge.store import Store
+from tensorgauge.hook.protocol import Kind
 
 
 def to_event(raw: dict, t0: float) -> Event:
-    data = {k: v for k, v in raw.items() if k not in ("t", "pid", "kind")}
-    if raw["kind"] == "steps" and isinstance(data.get("ends"), list):
+    """The hook's raw event, checked against the protocol, on the run's clock;
+    :class:`~tensorgauge.checks.ValidationError` when it does not match."""
+    check_object(raw, {"t": "number", "pid": "int?", "kind": "text"}, "event", ("t", "kind"))
+    data = check_event_data(raw["kind"], {k: v for k, v in raw.items() if k not in ("t", "pid", "kind")}, "event")
+    if raw["kind"] == Kind.STEPS and isinstance(data.get("ends"), list):
         data["ends"] = [round(float(x) - t0, 6) for x in data["ends"]]
     return Event(t=float(raw["t"]) - t0, pid=int(raw.get("pid") or 0), kind=str(raw["kind"]), data=data)
 
@@ -30,6 +35,7 @@ class Recorder:
         self._samples: list[Sample] = []
         self._events: list[Event] = []
         self._next_commit = 0.0
+        self.events_skipped = 0
         self.seen: list[Event] = []  # events the monitor acts on (budget stops), kept in memory
 
     def add(self, samples: list[Sample], raw_events: list[dict], force: bool = False) -> list[Event]:
@@ -39,9 +45,10 @@ class Recorder:
         for raw in raw_events:
             try:
                 event = to_event(raw, self.t0)
-            except (TypeError, ValueError):
-                continue  # not ours, or damaged: skip rather than stop recording
-            if event.kind == "env" and isinstance(event.data.get("facts"), dict):
+            except (TypeError, ValueError, ValidationError):
+                self.events_skipped += 1  # not ours, or damaged: skip rather than stop recording
+                continue
+            if event.kind == Kind.ENV and isinstance(event.data.get("facts"), dict):
                 self.record.env.setdefault("job", {}).update(event.data["facts"])
                 self.store.save_run(self.record)
             self._events.append(event)

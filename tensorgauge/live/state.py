@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import deque
 
 from tensorgauge.model import Event, Sample
+from tensorgauge.hook.protocol import Kind
 
 RATE_WINDOW_SECONDS = 5.0
 
@@ -26,14 +27,14 @@ class LiveState:
             self.sample = sample
         for e in events:
             data = e.data
-            if e.kind == "phase_begin":
+            if e.kind == Kind.PHASE_BEGIN:
                 self.open[(e.pid, data.get("id"))] = (str(data.get("name")), str(data.get("phase_kind")))
-            elif e.kind == "phase_end":
+            elif e.kind == Kind.PHASE_END:
                 name_kind = self.open.pop((e.pid, data.get("id")), None)
                 if name_kind and name_kind[1] == "epoch":
                     self.epoch_ends.append((self.epochs_done, e.t))
                     self.epochs_done += 1
-            elif e.kind == "steps":
+            elif e.kind == Kind.STEPS:
                 seconds, ends = data.get("seconds") or [], data.get("ends") or []
                 self.steps_total += len(seconds)
                 if seconds:

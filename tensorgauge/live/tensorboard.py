@@ -14,15 +14,16 @@ from __future__ import annotations
 import os
 import time
 
-from tensorgauge.analyse.live import LiveState
+from tensorgauge.live.state import LiveState
 from tensorgauge.errors import TensorgaugeError
+from tensorgauge.hook.protocol import Kind
 
 SUBDIR = "tensorgauge"
 WRITE_SECONDS = 1.0
 
 
 class TensorBoardWriter:
-    """An Observer for the runner (see :class:`tensorgauge.runner.Observer`)."""
+    """An Observer for the runner (see :class:`tensorgauge.monitoring.runner.Observer`)."""
 
     def __init__(self, logdir: str, wall_t0: float | None = None):
         try:
@@ -51,7 +52,7 @@ class TensorBoardWriter:
         self.writer.add_event(self._event_pb2.Event(wall_time=self.wall_t0 + t, step=step, summary=summary))
 
     def observe(self, sample, events) -> None:
-        if any(e.kind == "phase_begin" and e.data.get("phase_kind") == "epoch" for e in events):
+        if any(e.kind == Kind.PHASE_BEGIN and e.data.get("phase_kind") == "epoch" for e in events):
             self._epoch_sums, self._epoch_count = {}, 0  # an epoch's mean starts at its beginning
         self.state.update(sample, events)
         if sample is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-JOB_ENV = "TENSORGAUGE_JOB"
+from tensorgauge.hook.protocol import JOB_ENV
 
 
 def worker_identity(environ: dict[str, str], job: str | None = None) -> tuple[str | None, dict | None]:

@@ -9,7 +9,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from tensorgauge.analyse.live import LiveState
+from tensorgauge.live.state import LiveState
 from tensorgauge.units import format_bytes, format_seconds
 
 BAR_WIDTH = 30
@@ -22,7 +22,7 @@ def _bar(fraction: float, width: int = BAR_WIDTH) -> str:
 
 
 class LiveView:
-    """An Observer for the runner (see :class:`tensorgauge.runner.Observer`)."""
+    """An Observer for the runner (see :class:`tensorgauge.monitoring.runner.Observer`)."""
 
     def __init__(self, console: Console, run_id: str, cores_allowed: float):
         self.state = LiveState()

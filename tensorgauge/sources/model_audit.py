@@ -1,6 +1,6 @@
 """``tensorgauge devices PATH``: where a saved model's weights and ops run.
 
-The model is loaded in a subprocess (:mod:`tensorgauge.placement.audit`), so
+The model is loaded in a subprocess (:mod:`tensorgauge.sources.model_audit_job`), so
 TensorFlow's device placement log can be captured from a fresh process and a
 broken model cannot take the command down. The subprocess sends back raw
 facts (variables, placed ops, timed ops, devices); :mod:`tensorgauge.analyse.placement`
@@ -18,7 +18,7 @@ from typing import Callable
 
 from tensorgauge.errors import TensorgaugeError
 
-AUDIT_MODULE = "tensorgauge.placement.audit"
+AUDIT_MODULE = "tensorgauge.sources.model_audit_job"
 TIMEOUT_SECONDS = 600
 
 

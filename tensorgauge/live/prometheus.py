@@ -5,7 +5,7 @@ loopback unless another address is given. Labels: ``job`` and ``worker``
 
 from __future__ import annotations
 
-from tensorgauge.analyse.live import LiveState
+from tensorgauge.live.state import LiveState
 from tensorgauge.errors import TensorgaugeError
 
 DEFAULT_HOST = "127.0.0.1"
@@ -24,7 +24,7 @@ def parse_address(text: str) -> tuple[str, int]:
 
 
 class PrometheusExporter:
-    """An Observer for the runner (see :class:`tensorgauge.runner.Observer`)."""
+    """An Observer for the runner (see :class:`tensorgauge.monitoring.runner.Observer`)."""
 
     def __init__(self, address: str):
         try:

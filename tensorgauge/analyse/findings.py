@@ -1,0 +1,29 @@
+"""Every finding about a recorded run: the registered rules (:mod:`.rules`) of each
+category run in order, the result sorted by severity."""
+
+from __future__ import annotations
+
+from tensorgauge.analyse import diagnose, memory, placement  # noqa: F401  (their rules register on import)
+from tensorgauge.analyse.rules import REGISTRY, SEVERITY_ORDER, RunFacts, ids_of
+from tensorgauge.analyse.summary import summarise
+from tensorgauge.model import Event, Finding, Phase, RunRecord, Sample, Summary
+
+PERFORMANCE_IDS = ids_of("performance")
+
+
+def find(record: RunRecord, samples: list[Sample], events: list[Event], phases: list[Phase],
+         summary: Summary | None = None, category: str | None = None) -> list[Finding]:
+    """The findings of every rule (of ``category``, if given), most severe first."""
+    facts = RunFacts(record, list(samples), list(events), list(phases), summary or summarise(record, list(samples)))
+    for entry in REGISTRY:
+        if category is not None and entry.category != category:
+            continue
+        result = entry.function(facts)
+        if result is None:
+            continue
+        for finding in [result] if isinstance(result, Finding) else list(result):
+            if finding.id not in entry.ids:
+                raise AssertionError(f"rule {entry.function.__name__} returned unregistered id {finding.id!r}")
+            facts.found.append(finding)
+    rank = {s: i for i, s in enumerate(SEVERITY_ORDER)}
+    return sorted(facts.found, key=lambda f: rank.get(f.severity, len(rank)))

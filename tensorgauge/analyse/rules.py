@@ -1,0 +1,80 @@
+"""The findings registry: each finding is one function, registered with :func:`rule`.
+
+A rule takes the :class:`RunFacts` of a recorded run and returns a
+:class:`~tensorgauge.model.Finding`, several, or None. Rules run in the order
+they are registered (a rule may read what ran before it in ``facts.found``);
+:mod:`.findings` runs them all and sorts the result by :data:`SEVERITY_ORDER`.
+Adding a finding: a function decorated with ``@rule("its_id", CATEGORY)`` in the
+module of its category, and a test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tensorgauge.analyse.phases import main_fit
+from tensorgauge.model import Event, Finding, Phase, RunRecord, Sample, Summary
+
+SEVERITY_ORDER = ("high", "moderate", "low", "info")
+CATEGORIES = ("performance", "memory", "placement")
+
+
+@dataclass
+class RunFacts:
+    """What every rule may read: the recorded run, analysed into phases and a summary."""
+
+    record: RunRecord
+    samples: list[Sample]
+    events: list[Event]
+    phases: list[Phase]
+    summary: Summary
+    found: list[Finding] = field(default_factory=list)  # what the rules before this one found
+
+    def __post_init__(self) -> None:
+        self.fit = main_fit(self.phases)
+        self.host: dict[str, Any] = self.record.env.get("host") or {}
+        self.job: dict[str, Any] = self.record.env.get("job") or {}
+        self.cores_allowed = float(self.host.get("cores_allowed") or 1)
+
+    def last(self, kind: str, before: float | None = None) -> dict | None:
+        """The payload of the last event of ``kind`` (at or before ``before``)."""
+        found = [e for e in self.events if e.kind == kind and (before is None or e.t <= before + 1e-6)]
+        return found[-1].data if found else None
+
+    def first_ok(self, kind: str) -> dict | None:
+        """The payload of the first event of ``kind`` that reports no error."""
+        return next((e.data for e in self.events if e.kind == kind and not e.data.get("error")), None)
+
+
+Rule = Callable[[RunFacts], "Finding | Iterable[Finding] | None"]
+
+
+@dataclass(frozen=True)
+class Entry:
+    ids: tuple[str, ...]  # the finding ids the rule can return
+    category: str
+    function: Rule
+
+
+REGISTRY: list[Entry] = []
+
+
+def rule(*ids: str, category: str) -> Callable[[Rule], Rule]:
+    """Register a rule that returns findings with these ``ids``."""
+    if category not in CATEGORIES:
+        raise ValueError(f"unknown category {category!r}")
+
+    def register(function: Rule) -> Rule:
+        taken = {i for entry in REGISTRY for i in entry.ids}
+        if taken & set(ids):
+            raise ValueError(f"finding ids registered twice: {sorted(taken & set(ids))}")
+        REGISTRY.append(Entry(tuple(ids), category, function))
+        return function
+
+    return register
+
+
+def ids_of(category: str) -> tuple[str, ...]:
+    return tuple(i for entry in REGISTRY if entry.category == category for i in entry.ids)

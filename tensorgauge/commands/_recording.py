@@ -1,0 +1,118 @@
+"""Recording a command under the monitor, for ``run`` and ``demo``: the budget and
+its checkpoint folder, the live observers, and the one-line summary at the end."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from tensorgauge.commands._shared import console, open_store, write_json
+
+
+@dataclass
+class RecordOptions:
+    store: str | None = None
+    interval_seconds: float = 0.1
+    name: str | None = None
+    json_path: str | None = None
+    hook: bool = True
+    diagnose: bool = False
+    max_memory: str | None = None
+    max_cpus: str | None = None
+    max_gpu_memory: str | None = None
+    checkpoint: str | None = None
+    job: str | None = None
+    live: bool = False
+    tensorboard: str | None = None
+    prometheus: str | None = None
+    quiet: bool = False
+
+
+def default_checkpoint_dir(data_dir: Path, command: list[str]) -> Path:
+    """One folder per command line and working folder: running it again resumes."""
+    key = hashlib.sha1(json.dumps([str(Path.cwd()), command]).encode()).hexdigest()[:12]
+    return data_dir / "checkpoints" / key
+
+
+def make_budget(options: RecordOptions):
+    """The checked budget from --max-memory/--max-cpus/--max-gpu-memory, or None."""
+    if options.max_memory is None and options.max_cpus is None and options.max_gpu_memory is None:
+        return None
+    import psutil
+
+    from tensorgauge.monitoring.limits import make_budget as checked_budget
+    from tensorgauge.sources.cgroup import cores_allowed
+
+    return checked_budget(options.max_memory, options.max_cpus, options.max_gpu_memory,
+                          ram_bytes=psutil.virtual_memory().total, cores_allowed=cores_allowed())
+
+
+def record(command: list[str], options: RecordOptions) -> tuple[int, str]:
+    """Run ``command`` under the monitor; print where it went; return (the job's exit code, run id)."""
+    from tensorgauge.analyse.report import RunReport
+    from tensorgauge.monitoring.runner import resolve_command, run
+
+    resolve_command(command)  # before the store: a typo should not create anything
+    budget = make_budget(options)
+    observers: list = []
+    if options.tensorboard:
+        from tensorgauge.live.tensorboard import TensorBoardWriter
+
+        observers.append(TensorBoardWriter(options.tensorboard))
+    exporter = None
+    if options.prometheus:
+        from tensorgauge.live.prometheus import PrometheusExporter
+
+        exporter = PrometheusExporter(options.prometheus)
+        observers.append(exporter)
+    store = open_store(options.store)
+    checkpoint_dir = None
+    if budget is not None and budget.max_memory_bytes is not None:
+        checkpoint_dir = options.checkpoint or str(default_checkpoint_dir(store.data_dir, command))
+    err = console(stderr=True)
+    if options.diagnose and os.environ.get("TF_CONFIG") and not options.quiet:
+        err.print("[yellow]tensorgauge: note: --diagnose profiles 10 training steps; under "
+                  "MultiWorkerMirroredStrategy, TensorFlow 2.21 crashed a worker in that window in about 1 run "
+                  "in 12 here (a TensorFlow bug). Run without --diagnose where a crash costs you.[/yellow]")
+
+    def started(run_record) -> None:
+        if not options.quiet:
+            err.print(f"[dim]tensorgauge: recording run {run_record.run_id} every {options.interval_seconds:g} s "
+                      f"into {store.location}[/dim]")
+        if exporter is not None:
+            exporter.start(run_record)
+            if not options.quiet:
+                err.print(f"[dim]tensorgauge: Prometheus metrics on http://{exporter.host}:{exporter.port}/metrics[/dim]")
+        if options.live and err.is_terminal:
+            from tensorgauge.live.view import LiveView
+
+            cores = float((run_record.env.get("host") or {}).get("cores_allowed") or 1)
+            observers.append(LiveView(err, run_record.run_id, cores))
+
+    try:
+        result = run(command, store, interval_seconds=options.interval_seconds, name=options.name,
+                     hook=options.hook, on_start=started, budget=budget, checkpoint_dir=checkpoint_dir,
+                     diagnose=options.diagnose, observers=observers, job=options.job,
+                     report=lambda line: err.print(f"tensorgauge: warning: {line}", markup=False))
+    finally:
+        for observer in observers:
+            observer.close()
+    if result.warning:
+        return result.exit_code, result.record.run_id
+    report = RunReport.load(store, result.record.run_id)
+    if options.json_path:
+        write_json(report.to_dict(), options.json_path)
+    if not options.quiet:
+        from tensorgauge.render.terminal import outcome
+        from tensorgauge.units import format_bytes, format_seconds
+
+        s = report.summary
+        err.print(f"[dim]tensorgauge: run {result.record.run_id}: {outcome(result.record)}, "
+                  f"{format_seconds(result.record.wall_seconds)} wall, {s.cpu_seconds:.2f} CPU-s, "
+                  f"{s.cores_busy_mean:.2f} cores mean, RSS peak {format_bytes(s.rss_peak_bytes)}, "
+                  f"{len(report.phases)} phases — tensorgauge show {result.record.run_id}[/dim]")
+    store.close()
+    return result.exit_code, result.record.run_id

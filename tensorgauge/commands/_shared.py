@@ -1,0 +1,70 @@
+"""What several commands share: consoles, the store, writing outputs, reading a run or a bundle."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from tensorgauge.errors import TensorgaugeError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from tensorgauge.analyse.compare import Side
+    from tensorgauge.store import Store
+
+
+def console(stderr: bool = False) -> Console:
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    # Piped output has no width: rich's default of 80 columns would fold the phase table.
+    width = None if stream.isatty() else 132
+    return Console(stderr=stderr, highlight=False, width=width)
+
+
+def progress_printer() -> Callable[[str], None]:
+    """Prints a dim ``tensorgauge: ...`` progress line on stderr."""
+    err = console(stderr=True)
+    return lambda line: err.print(f"[dim]tensorgauge: {line}[/dim]")
+
+
+def open_store(location: str | None, create: bool = True) -> Store:
+    from tensorgauge.store import Store
+
+    return Store.open(location, create=create)
+
+
+def write_text(text: str, destination: str) -> None:
+    """``text`` to stdout (``-``) or a file; an unwritable file is one line."""
+    if destination == "-":
+        sys.stdout.write(text + "\n")
+        return
+    try:
+        Path(destination).write_text(text + "\n")
+    except OSError as exc:
+        raise TensorgaugeError(f"cannot write {destination}: {exc.strerror}") from None
+
+
+def write_json(document: dict[str, Any], destination: str) -> None:
+    write_text(json.dumps(document, indent=2, default=str), destination)
+
+
+def load_side(store_location: str | None, ref: str) -> Side:
+    """A run (id, prefix, name) from the store, or a bundle file, analysed for a comparison."""
+    from tensorgauge.analyse.compare import Side
+    from tensorgauge.analyse.report import RunReport
+    from tensorgauge.store.bundle import BundleError, read
+
+    if Path(ref).is_file():
+        bundle = read(ref)
+        try:
+            report = RunReport.build(bundle.record, bundle.samples, bundle.events)
+        except Exception as exc:  # checked field by field, yet contradicting itself
+            raise BundleError(f"{ref}: the bundle's run cannot be analysed, its data is inconsistent "
+                              f"({type(exc).__name__}: {str(exc)[:120]})") from None
+        return Side(Path(ref).name, report)
+    report = RunReport.load(open_store(store_location, create=False), ref)
+    return Side(report.record.name or report.record.run_id, report)

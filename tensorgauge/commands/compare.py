@@ -1,0 +1,46 @@
+"""``tensorgauge compare A B`` (runs or bundles), or ``--job JOB`` (every worker of a distributed job)."""
+
+from __future__ import annotations
+
+import json
+
+from tensorgauge.commands._shared import console, load_side, open_store, write_text
+from tensorgauge.errors import TensorgaugeError
+
+
+def compare(store: str | None, a: str | None, b: str | None, json_path: str | None = None,
+            job: str | None = None) -> int:
+    from tensorgauge.analyse.compare import compare as compare_sides
+    from tensorgauge.render.compare import render_compare
+
+    if job:
+        return _compare_job(store, job, json_path)
+    if not a or not b:
+        raise TensorgaugeError("compare takes two runs or bundles (A B), or --job JOB")
+    comparison = compare_sides(load_side(store, a), load_side(store, b))
+    if json_path:
+        write_text(json.dumps(comparison.to_dict(), indent=2), json_path)
+        return 0
+    render_compare(console(), comparison)
+    return 0
+
+
+def _compare_job(store: str | None, job: str, json_path: str | None) -> int:
+    from tensorgauge.analyse.report import RunReport
+    from tensorgauge.analyse.straggler import straggler, worker_row
+    from tensorgauge.render.compare import render_job
+
+    opened = open_store(store, create=False)
+    records = [r for r in opened.runs() if r.job_id == job]
+    if not records:
+        jobs = sorted({r.job_id for r in opened.runs() if r.job_id})
+        raise TensorgaugeError(f"no runs of job '{job}' in {opened.location}"
+                               + (f" (jobs: {', '.join(jobs[-5:])})" if jobs else ""))
+    rows = sorted((worker_row(RunReport.load(opened, r.run_id)) for r in records), key=lambda w: w.worker)
+    finding = straggler(rows)
+    if json_path:
+        write_text(json.dumps({"schema": "tensorgauge.job/1", "job": job, "workers": [w.to_dict() for w in rows],
+                               "findings": [finding.to_dict()] if finding else []}, indent=2), json_path)
+        return 0
+    render_job(console(), job, rows, finding)
+    return 0

@@ -1,0 +1,19 @@
+"""``tensorgauge env``: this machine's fingerprint (the one every run carries)."""
+
+from __future__ import annotations
+
+import json
+
+from tensorgauge.commands._shared import console, progress_printer, write_text
+
+
+def env(json_path: str | None = None) -> int:
+    from tensorgauge.render.compare import render_env
+    from tensorgauge.sources.environment import environment
+
+    fingerprint = environment(progress=None if json_path else progress_printer())
+    if json_path:
+        write_text(json.dumps({"schema": "tensorgauge.env/1", **fingerprint}, indent=2), json_path)
+        return 0
+    render_env(console(), fingerprint)
+    return 0

@@ -1,0 +1,14 @@
+"""``tensorgauge export RUN -o FILE``: write a run to a portable bundle."""
+
+from __future__ import annotations
+
+from tensorgauge.commands._shared import open_store
+
+
+def export(store: str | None, ref: str, output: str) -> int:
+    from tensorgauge.store.bundle import export_run
+
+    bundle = export_run(open_store(store, create=False), ref)
+    bundle.write(output)
+    print(f"exported {bundle.record.run_id} to {output}")
+    return 0

@@ -1,0 +1,27 @@
+"""``tensorgauge report RUN [RUN] -o FILE.html``: a self-contained HTML report (or a comparison)."""
+
+from __future__ import annotations
+
+import gc
+
+from tensorgauge.commands._shared import load_side, write_text
+from tensorgauge.errors import TensorgaugeError
+
+
+def report(store: str | None, refs: list[str], output: str) -> int:
+    from tensorgauge.render.html import comparison_page, run_page
+
+    gc.disable()  # a one-hour run loads ~1M small objects that all live to the end: no cycles to find
+    if len(refs) > 2:
+        raise TensorgaugeError("report takes one run, or two to compare")
+    sides = [load_side(store, ref) for ref in refs]
+    if len(sides) == 1:
+        page = run_page(sides[0].report)
+    else:
+        from tensorgauge.analyse.compare import compare
+
+        page = comparison_page(sides[0], sides[1], compare(*sides))
+    write_text(page, output)
+    if output != "-":
+        print(f"report: {output}")
+    return 0

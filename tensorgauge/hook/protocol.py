@@ -1,0 +1,184 @@
+"""The contract between the hook (inside the job) and the monitor: event kinds,
+environment variable names and the payload of each event.
+
+Standard library only: the job imports it. The monitor, the store's bundle
+checks and the analysis read the same declarations, so a kind, a variable or
+a payload field is named in one place. Every event also carries ``t`` (the
+writer's ``time.monotonic()``), ``pid``, ``kind``, and the writer's own ``cpu``
+seconds and ``rss`` bytes at that instant (see :class:`Common`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+# -- environment variables: set by the monitor, read in the job ------------------
+
+EVENTS_ENV = "TENSORGAUGE_EVENTS"  # the channel file
+RUN_ID_ENV = "TENSORGAUGE_RUN_ID"
+NO_HOOK_ENV = "TENSORGAUGE_NO_HOOK"  # set by the user: no hook in this job
+NO_CGROUP_ENV = "TENSORGAUGE_NO_CGROUP"  # set by the user: sample through /proc, no cgroup of our own
+DIAGNOSE_ENV = "TENSORGAUGE_DIAGNOSE"  # profile a window of training steps
+STOP_FILE_ENV = "TENSORGAUGE_STOP_FILE"  # created by the monitor: stop training gracefully
+CHECKPOINT_ENV = "TENSORGAUGE_CHECKPOINT_DIR"  # where a budget stop leaves its checkpoint
+GPU_MEMORY_ENV = "TENSORGAUGE_GPU_MEMORY_LIMIT"  # bytes per GPU
+FIX_ENV = "TENSORGAUGE_FIX"  # --try-fixes: the fixes to apply, comma-separated
+WINDOW_ENV = "TENSORGAUGE_WINDOW_STEPS"  # --try-fixes: timed steps in the window
+WARMUP_ENV = "TENSORGAUGE_WINDOW_WARMUP"  # --try-fixes: steps before the window
+JOB_ENV = "TENSORGAUGE_JOB"  # the distributed job a worker belongs to
+
+
+class Kind:
+    """Event kinds (the ``kind`` field)."""
+
+    PHASE_BEGIN = "phase_begin"
+    PHASE_END = "phase_end"
+    STEPS = "steps"
+    EXIT = "exit"
+    ENV = "env"
+    FIT_CONFIG = "fit_config"
+    TRACE = "trace"
+    EAGER_GRADIENTS = "eager_gradients"
+    INPUT_PROBE = "input_probe"
+    COMPUTE_PROBE = "compute_probe"
+    TRY_WINDOW = "try_window"
+    PLACEMENT = "placement"
+    DATASET = "dataset"
+    BUDGET_STOP = "budget_stop"
+    BUDGET_RESUME = "budget_resume"
+    BUDGET_CHECKPOINT_FAILED = "budget_checkpoint_failed"
+    BUDGET_GPU_MEMORY = "budget_gpu_memory"
+    BENCH_RESULT = "bench_result"
+
+
+# -- payloads: the fields each kind carries besides the common ones ---------------
+
+
+class Common(TypedDict, total=False):
+    cpu: float | None  # the writer's CPU seconds (user+system, waited-for children included)
+    rss: int | None  # the writer's RSS bytes
+
+
+class PhaseBegin(Common, total=False):
+    id: int
+    name: str
+    phase_kind: str  # one of model.PHASE_KINDS
+    parent: int | None
+
+
+class PhaseEnd(Common, total=False):
+    id: int
+    error: str | None  # the exception's type when the phase ended by one
+
+
+class Steps(Common, total=False):
+    phase: int
+    seconds: list[float]  # each step's duration
+    ends: list[float]  # each step's end (monotonic in the job; seconds from the run's start once stored)
+
+
+class Exit(Common, total=False):
+    pass
+
+
+class Env(Common, total=False):
+    facts: dict[str, Any]  # model.JOB_FIELDS
+
+
+class FitConfig(Common, total=False):
+    run_eagerly: bool
+    intra_op_threads: int | None
+    inter_op_threads: int | None
+    functions_run_eagerly: bool | None
+    jit_compile: str
+    steps_per_execution: int | None
+    batch_size: int | None
+    epochs: int | None
+    dataset: bool
+    dataset_batches: int | None
+    dataset_bytes: int | None
+    dataset_random_ops: list[str] | None
+    dataset_python_ops: list[str] | None
+
+
+class Trace(Common, total=False):
+    function: str
+
+
+class EagerGradients(Common, total=False):
+    count: int
+    seconds: float
+
+
+class InputProbe(Common, total=False):
+    step_seconds: list[float]
+    get_next_seconds: list[float]
+    function_seconds: list[float]
+    copies: int
+    copy_seconds: float
+    collective_seconds: float
+    input_work_seconds: float
+    start_seconds: float
+    stop_seconds: float
+    error: str
+
+
+class ComputeProbe(Common, total=False):
+    step_seconds: list[float]
+    total_seconds: float
+    error: str
+
+
+class TryWindow(Common, total=False):
+    fixes: list[str]
+    step_seconds: list[float]
+
+
+class Placement(Common, total=False):
+    after: str  # "fit" or "load"
+    devices: dict[str, dict[str, int]]  # {"GPU:0": {"bytes": n, "variables": n}}
+
+
+class Dataset(Common, total=False):
+    op: str  # "from_tensor_slices" or "shuffle"
+    bytes: int
+    elements: int
+    buffer_size: int
+
+
+class BudgetStop(Common, total=False):
+    checkpoint: str | None
+    epoch: int
+
+
+class BudgetResume(Common, total=False):
+    checkpoint: str
+
+
+class BudgetCheckpointFailed(Common, total=False):
+    error: str
+
+
+class BudgetGpuMemory(Common, total=False):
+    limit_bytes: int
+    gpus: int
+    error: str | None
+
+
+class BenchResult(Common, total=False):
+    name: str
+    group: str
+    value: float
+    unit: str
+    higher_is_better: bool
+    seconds: float
+
+
+PAYLOADS: dict[str, type] = {
+    Kind.PHASE_BEGIN: PhaseBegin, Kind.PHASE_END: PhaseEnd, Kind.STEPS: Steps, Kind.EXIT: Exit, Kind.ENV: Env,
+    Kind.FIT_CONFIG: FitConfig, Kind.TRACE: Trace, Kind.EAGER_GRADIENTS: EagerGradients,
+    Kind.INPUT_PROBE: InputProbe, Kind.COMPUTE_PROBE: ComputeProbe, Kind.TRY_WINDOW: TryWindow,
+    Kind.PLACEMENT: Placement, Kind.DATASET: Dataset, Kind.BUDGET_STOP: BudgetStop,
+    Kind.BUDGET_RESUME: BudgetResume, Kind.BUDGET_CHECKPOINT_FAILED: BudgetCheckpointFailed,
+    Kind.BUDGET_GPU_MEMORY: BudgetGpuMemory, Kind.BENCH_RESULT: BenchResult,
+}

@@ -1,0 +1,139 @@
+"""The monitoring loop shared by ``tensorgauge run`` and ``tensorgauge.monitor()``.
+
+:class:`Sources` says where readings come from (the real OS, NVML and clock by
+default; :class:`tensorgauge.testing.FakeSources` in tests, the way httpx ships
+``MockTransport``). :class:`Monitor` owns one run's loop: every tick it takes a
+sample, lets the budget watch act on it, hands samples and the hook's events to
+the recorder, and shows them to the live observers. A failing observer is
+reported once and dropped; a failing tick stops recording (the job runs on) and
+is reported: neither is swallowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from tensorgauge.model import Event, Sample
+from tensorgauge.monitoring.budget import BudgetWatch
+from tensorgauge.monitoring.recorder import Recorder
+from tensorgauge.monitoring.sampler import Sampler
+from tensorgauge.sources import Clock, Gpus, ProcessTree, System
+from tensorgauge.sources.cgroup import JobCgroup
+
+
+class Observer(Protocol):
+    """Sees the run live: each new sample (None on the last, forced tick) and the events that came with it."""
+
+    def observe(self, sample: Sample | None, events: list[Event]) -> None: ...
+
+
+class EventSource(Protocol):
+    def read_new(self) -> list[dict]: ...
+
+
+def _real_tree(pid: int, run_id: str, cgroup_allowed: bool) -> tuple[ProcessTree, JobCgroup | None]:
+    from tensorgauge.sources import cgroup
+    from tensorgauge.sources.process_tree import CgroupProcessTree, ProcfsProcessTree, read_stat
+
+    if cgroup_allowed:
+        group = cgroup.JobCgroup.create(f"tensorgauge-{run_id}")
+        if group is not None:
+            before = read_stat(pid)  # the few ms the job ran before joining
+            if group.add(pid):
+                return CgroupProcessTree(group, before[0] if before else 0.0), group
+            group.remove()
+    return ProcfsProcessTree(pid), None
+
+
+def _real_gpus() -> Gpus:
+    from tensorgauge.sources.nvml import open_gpus
+
+    return open_gpus()
+
+
+def _real_host() -> dict:
+    from tensorgauge.sources.fingerprint import host_fingerprint
+
+    return host_fingerprint()
+
+
+def _real_system() -> System:
+    from tensorgauge.sources.system import PsutilSystem
+
+    return PsutilSystem()
+
+
+def _real_clock() -> Clock:
+    from tensorgauge.sources.clock import MonotonicClock
+
+    return MonotonicClock()
+
+
+@dataclass
+class Sources:
+    """Where a run's readings come from; every field has the real source as its default."""
+
+    clock: Clock = field(default_factory=_real_clock)
+    system: System = field(default_factory=_real_system)
+    open_gpus: Callable[[], Gpus] = _real_gpus
+    # (pid, run id, whether a cgroup may be made) -> the tree and its cgroup, if one was made
+    watch_tree: Callable[[int, str, bool], tuple[ProcessTree, JobCgroup | None]] = _real_tree
+    host: Callable[[], dict] = _real_host
+
+
+class Monitor:
+    """One run's loop: sample, watch the budget, record, show."""
+
+    def __init__(self, sampler: Sampler, recorder: Recorder, events: EventSource, *,
+                 interval_seconds: float, watch: BudgetWatch | None = None,
+                 kill: Callable[[], None] | None = None, observers: Sequence[Observer] = (),
+                 report: Callable[[str], None] | None = None):
+        self.sampler, self.recorder, self.events = sampler, recorder, events
+        self.clock = sampler.clock
+        self.interval_seconds = interval_seconds
+        self.watch, self.kill = watch, kill
+        self.observers = list(observers)
+        self.report = report or (lambda line: None)
+        self.samples_taken = 0
+        self.warning: str | None = None  # set when recording stopped early
+
+    def tick(self, force: bool = False) -> None:
+        """One round; ``force``: the last one, after the job ended (commits, takes no sample)."""
+        sample = None if force else self.sampler.sample()
+        self.samples_taken += sample is not None
+        if self.watch is not None and sample is not None and self.kill is not None:
+            self.watch.check(sample, self.kill)
+        events = self.recorder.add([sample] if sample else [], self.events.read_new(), force=force)
+        for observer in list(self.observers):
+            try:
+                observer.observe(sample, events)
+            except Exception as exc:  # a display or exporter must not stop the recording
+                self.observers.remove(observer)
+                self.report(f"{type(observer).__name__} stopped: {type(exc).__name__}: {exc}")
+
+    def _tick_safely(self, force: bool = False) -> None:
+        if self.warning is not None:
+            return
+        try:
+            self.tick(force)
+        except Exception as exc:  # a full disk, a bug: stop recording, never the job
+            when = self.clock.now() - self.sampler.t0
+            self.warning = f"recording stopped at {when:.1f} s ({type(exc).__name__}: {exc}); the job ran on"
+            self.report(self.warning)
+
+    def run(self, wait_for_end: Callable[[float], bool]) -> None:
+        """Tick every ``interval_seconds`` until ``wait_for_end(timeout)`` (which waits at most
+        ``timeout`` seconds) says the job has ended; then the last, forced tick."""
+        deadline = self.clock.now()
+        while True:
+            self._tick_safely()
+            deadline += self.interval_seconds
+            now = self.clock.now()
+            if deadline < now:  # we fell behind (a stopped machine): do not burst
+                deadline = now + self.interval_seconds
+            if wait_for_end(max(0.0, deadline - self.clock.now())):
+                break
+        self._tick_safely(force=True)
+

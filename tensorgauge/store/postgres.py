@@ -1,0 +1,87 @@
+"""A PostgreSQL store (``postgresql://USER@HOST/DB``, the ``[postgres]`` extra,
+psycopg 3), for many workers writing at once; the table ``tensorgauge_meta``
+carries the schema version. Each write is its own transaction. SQL is written
+with ``?`` placeholders, as for SQLite."""
+
+from __future__ import annotations
+
+import re
+
+from tensorgauge.errors import StoreError
+from tensorgauge.store.schema import SCHEMA_VERSION, TABLE_COLUMNS, create_statements, missing_columns
+from tensorgauge.store.sqlite import check_version
+
+TYPES = {"real": "DOUBLE PRECISION", "int": "BIGINT", "event_id": "id BIGSERIAL PRIMARY KEY, "}
+
+
+def is_url(location: str) -> bool:
+    return location.startswith(("postgresql://", "postgres://"))
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages."""
+    return re.sub(r"//([^:@/]*):[^@/]*@", r"//\1:***@", url)
+
+
+class PostgresBackend:
+    event_order = "id"
+
+    def __init__(self, url: str, create: bool):
+        from tensorgauge.store.runs import local_data_dir
+
+        try:
+            import psycopg
+        except ImportError:
+            raise StoreError("a PostgreSQL store needs the [postgres] extra: pip install 'tensorgauge[postgres]'") \
+                from None
+        self.errors = (psycopg.Error,)
+        self.location = redact(url)  # never print a password
+        self.data_dir = local_data_dir()  # checkpoints and reports stay on this machine
+        try:
+            self.conn = psycopg.connect(url, autocommit=True, connect_timeout=10)
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot connect to {self.location}: {str(exc).strip().splitlines()[0]}") from None
+        try:
+            with self.conn.transaction():
+                self.conn.execute("SELECT pg_advisory_xact_lock(7457)")  # one creator at a time
+                self.conn.execute("CREATE TABLE IF NOT EXISTS tensorgauge_meta (key TEXT PRIMARY KEY, value TEXT)")
+                row = self.conn.execute("SELECT value FROM tensorgauge_meta WHERE key = 'schema_version'").fetchone()
+                version = int(row[0]) if row else 0
+                check_version(version, self.location)
+                if version == 0:
+                    if not create:
+                        raise StoreError(f"no run store at {self.location} (record a run with 'tensorgauge run')")
+                    steps = create_statements(TYPES)
+                else:
+                    steps = []
+                    for table in TABLE_COLUMNS:
+                        present = {r[0] for r in self.conn.execute(
+                            "SELECT column_name FROM information_schema.columns WHERE table_name = %s "
+                            "AND table_schema = current_schema()", (table,)).fetchall()}
+                        steps += missing_columns(table, present, TYPES)
+                for statement in steps:
+                    self.conn.execute(statement)
+                self.conn.execute("INSERT INTO tensorgauge_meta VALUES ('schema_version', %s) ON CONFLICT (key) "
+                                  "DO UPDATE SET value = excluded.value", (str(SCHEMA_VERSION),))
+        except psycopg.Error as exc:
+            raise StoreError(f"store {self.location} is not usable ({str(exc).strip().splitlines()[0]})") from None
+
+    @staticmethod
+    def _sql(sql: str) -> str:
+        return sql.replace("?", "%s")
+
+    def query(self, sql: str, args: tuple = ()) -> list[tuple]:
+        return self.conn.execute(self._sql(sql), args).fetchall()
+
+    def execute(self, sql: str, args: tuple = ()) -> None:
+        self.conn.execute(self._sql(sql), args)
+
+    def executemany(self, sql: str, rows: list[tuple]) -> None:
+        with self.conn.cursor() as cursor:
+            cursor.executemany(self._sql(sql), rows)
+
+    def transaction(self):
+        return self.conn.transaction()
+
+    def close(self) -> None:
+        self.conn.close()

@@ -1,0 +1,63 @@
+"""The store's tables, derived from the record declarations in :mod:`tensorgauge.model`.
+
+``samples`` has one column per :class:`~tensorgauge.model.Sample` field and
+``events`` one per :class:`~tensorgauge.model.Event` field (numbers and integers
+as such, anything else as JSON text); ``runs`` keeps each
+:class:`~tensorgauge.model.RunRecord` as one JSON document. A store written by
+an older version gains the columns it lacks when it is opened (:func:`missing_columns`):
+adding a field to ``Sample`` needs no migration written by hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, fields
+
+from tensorgauge.model import Event, Sample
+
+SCHEMA_VERSION = 2  # 1: no `runnable` column; 2: columns derived from the model
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    kind: str  # the field's declared kind (tensorgauge.checks.KINDS)
+    required: bool
+
+    @property
+    def is_json(self) -> bool:
+        return self.kind.rstrip("?") not in ("number", "int", "text", "bool")
+
+    def sql(self, types: dict[str, str]) -> str:
+        base = self.kind.rstrip("?")
+        sql_type = types["real"] if base == "number" else types["int"] if base in ("int", "bool") else "TEXT"
+        return f"{self.name} {sql_type}" + (" NOT NULL" if self.required and not self.is_json else "")
+
+
+def _columns(cls: type) -> tuple[Column, ...]:
+    return tuple(Column(f.name, f.metadata["kind"], not f.metadata["kind"].endswith("?")
+                        and f.default is MISSING and f.default_factory is MISSING)
+                 for f in fields(cls))
+
+
+SAMPLE_COLUMNS = _columns(Sample)
+EVENT_COLUMNS = _columns(Event)
+TABLE_COLUMNS = {"samples": SAMPLE_COLUMNS, "events": EVENT_COLUMNS}
+
+
+def create_statements(types: dict[str, str]) -> list[str]:
+    """``types``: how the database spells "real", "int", and an event id column ("event_id")."""
+    samples = ", ".join(c.sql(types) for c in SAMPLE_COLUMNS)
+    events = ", ".join(c.sql(types) for c in EVENT_COLUMNS)
+    return [
+        "CREATE TABLE IF NOT EXISTS runs (run_id TEXT PRIMARY KEY, started_at TEXT NOT NULL, record TEXT NOT NULL)",
+        f"CREATE TABLE IF NOT EXISTS samples (run_id TEXT NOT NULL, {samples})",
+        "CREATE INDEX IF NOT EXISTS samples_run ON samples (run_id, t)",
+        f"CREATE TABLE IF NOT EXISTS events ({types['event_id']}run_id TEXT NOT NULL, {events})",
+        "CREATE INDEX IF NOT EXISTS events_run ON events (run_id, t)",
+    ]
+
+
+def missing_columns(table: str, present: set[str], types: dict[str, str]) -> list[str]:
+    """``ALTER TABLE`` statements adding the declared columns an older store lacks (nullable)."""
+    return [f"ALTER TABLE {table} ADD COLUMN {Column(c.name, c.kind, False).sql(types)}"
+            for c in TABLE_COLUMNS[table] if c.name not in present]
