@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test bench clean
+.PHONY: demo test lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,11 +31,18 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.installed-demo
 	$(BIN)/tensorgauge demo
 
-# PostgreSQL tests run against a throwaway server on 127.0.0.1 (skipped, with the reason, without one).
+# Lint and types first (seconds), then the suite. PostgreSQL tests run against a
+# throwaway server on 127.0.0.1 (skipped, with the reason, without one).
 test: $(VENV)/.installed-test
+	$(BIN)/ruff check tensorgauge tests benchmarks
+	$(BIN)/mypy
 	url=$$(scripts/postgres-for-tests start || true); \
 	TENSORGAUGE_TEST_POSTGRES=$$url $(BIN)/python -m pytest -q; status=$$?; \
 	scripts/postgres-for-tests stop; exit $$status
+
+lint: $(VENV)/.installed-test
+	$(BIN)/ruff check tensorgauge tests benchmarks
+	$(BIN)/mypy
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/sampler_overhead.py

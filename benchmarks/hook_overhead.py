@@ -29,11 +29,11 @@ import time
 from pathlib import Path
 
 from tensorgauge.model import RunRecord
+from tensorgauge.monitoring.monitor import Sources
 from tensorgauge.monitoring.recorder import Recorder
 from tensorgauge.monitoring.sampler import Sampler
 from tensorgauge.sources.clock import MonotonicClock
 from tensorgauge.sources.nvml import open_gpus
-from tensorgauge.monitoring.monitor import Sources
 from tensorgauge.sources.system import PsutilSystem
 from tensorgauge.store import Store
 

@@ -62,7 +62,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--store", metavar="PATH",
                         help="run store (SQLite file); default $TENSORGAUGE_STORE or "
                              "~/.local/share/tensorgauge/runs.db")

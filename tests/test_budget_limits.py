@@ -1,8 +1,7 @@
 import pytest
 
-from tensorgauge.monitoring.limits import (INTERPRETER_FLOOR_BYTES, make_budget, parse_cpus, parse_memory,
-                                       thread_pools)
 from tensorgauge.errors import TensorgaugeError
+from tensorgauge.monitoring.limits import INTERPRETER_FLOOR_BYTES, make_budget, parse_cpus, parse_memory, thread_pools
 
 GIB = 1 << 30
 

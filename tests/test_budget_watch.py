@@ -1,8 +1,8 @@
 """The monitor's side of a budget, on hand-made samples."""
 
+from tensorgauge.model import Sample
 from tensorgauge.monitoring.budget import BudgetWatch
 from tensorgauge.monitoring.limits import Budget
-from tensorgauge.model import Sample
 
 MIB = 1 << 20
 

@@ -8,13 +8,12 @@ import sys
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from rich.console import Console
 
-from tensorgauge.store.bundle import SCHEMA, BundleError, loads, read
 from tensorgauge.cli import main
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.store import Store
+from tensorgauge.store.bundle import SCHEMA, BundleError, loads, read
 
 JOB = ("import tensorgauge, time\n"
        "with tensorgauge.phase('work'):\n"

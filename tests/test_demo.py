@@ -1,10 +1,10 @@
 """The README's first command: `tensorgauge demo` records the built-in job and shows its phases."""
 
 import pytest
-
 from conftest import needs_tf
-from tensorgauge.cli import main
+
 from tensorgauge.analyse.report import RunReport
+from tensorgauge.cli import main
 from tensorgauge.store import Store
 
 pytestmark = [needs_tf, pytest.mark.tf]

@@ -1,7 +1,14 @@
 """The diagnosis rules on hand-built runs."""
 
-from tensorgauge.analyse.diagnose import (cores_idle, eager_execution, input_bound, retracing, small_batch,
-                                          startup_dominated, thread_limited)
+from tensorgauge.analyse.diagnose import (
+    cores_idle,
+    eager_execution,
+    input_bound,
+    retracing,
+    small_batch,
+    startup_dominated,
+    thread_limited,
+)
 from tensorgauge.analyse.findings import find
 from tensorgauge.analyse.summary import summarise
 from tensorgauge.model import Event, Phase, RunRecord
@@ -119,8 +126,8 @@ def test_oversubscribed_job_for_real(store_path):
     import os
     import sys
 
-    from tensorgauge.cli import main
     from tensorgauge.analyse.report import RunReport
+    from tensorgauge.cli import main
     from tensorgauge.store import Store
 
     cpus = os.cpu_count() or 1

@@ -63,8 +63,8 @@ def test_nvml_samples_a_gpu_job_phase_by_phase(store_path, tmp_path, capsys):
     shown = capsys.readouterr().out
     assert "GPU %" in shown and "GPU mem" in shown and GPUS[0] in shown
 
-    from tensorgauge.render.charts import run_charts
     from tensorgauge.analyse.report import RunReport
+    from tensorgauge.render.charts import run_charts
 
     gpu_chart = run_charts(RunReport.load(store, doc["run_id"]))["gpu"]  # the report's GPU chart has the load
     assert gpu_chart and max(r["gpu_util_peak"] for r in gpu_chart["data"]["values"]) >= 90

@@ -5,13 +5,13 @@ import io
 import sys
 
 import pytest
+from conftest import needs_tf
 from rich.console import Console
 
-from conftest import needs_tf
-from tensorgauge.live.state import LiveState
 from tensorgauge.cli import main
-from tensorgauge.model import Event, GpuReading, Sample
+from tensorgauge.live.state import LiveState
 from tensorgauge.live.view import LiveView
+from tensorgauge.model import Event, GpuReading, Sample
 
 
 def sample(t, busy=1.5):

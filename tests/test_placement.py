@@ -3,19 +3,19 @@ the audit's log parsing and error messages."""
 
 import pytest
 
-from tensorgauge.analyse.phases import build_phases
 from tensorgauge.analyse.findings import find
+from tensorgauge.analyse.phases import build_phases
 from tensorgauge.analyse.placement import summarise_audit
-
-
-def placement_findings(record, events, phases):
-    return find(record, [], events, phases, category="placement")
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.model import Event, RunRecord, Sample
 from tensorgauge.sources.model_audit import model_format
 from tensorgauge.sources.model_audit_job import PROBE_BEGIN, PROBE_END, load_error, placements
 
 JOB = "/job:localhost/replica:0/task:0/device:"
+
+
+def placement_findings(record, events, phases):
+    return find(record, [], events, phases, category="placement")
 
 
 def raw(devices, var_device="CPU:0", op_device="CPU:0", kernels=None, extra_ops=()):

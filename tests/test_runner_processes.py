@@ -43,14 +43,19 @@ def test_killed_monitor_keeps_samples_marks_incomplete_and_spares_the_job(store_
            f"pathlib.Path({str(done)!r}).write_text('finished')\n")
     monitor = subprocess.Popen([*tg_cmd, "run", "-q", "--", PY, "-c", job])
     wait_for(ready)
-    time.sleep(0.6)
+    store = Store.open(store_path)
+    committed = 0
+    for _ in range(100):  # until the monitor has committed a few samples (every 0.5 s)
+        time.sleep(0.05)
+        committed = len(store.samples(store.run("last").run_id))
+        if committed >= 3:
+            break
     monitor.kill()
     monitor.wait()
     wait_for(done)  # the job was not taken down with the monitor
-    store = Store.open(store_path)
     record = store.run("last")
     assert not record.complete and record.exit_code is None
-    assert len(store.samples(record.run_id)) >= 3
+    assert len(store.samples(record.run_id)) >= committed >= 3  # nothing committed was lost
     result = subprocess.run([*tg_cmd, "show", "last", "--json"], capture_output=True, text=True)
     assert result.returncode == 0 and json.loads(result.stdout)["complete"] is False
 

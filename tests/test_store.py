@@ -113,3 +113,28 @@ def test_a_version_1_store_is_migrated_and_keeps_its_runs(tmp_path):
     store.add("old", [Sample(t=0.2, cpu_seconds=0.1, cores_busy=None, rss_bytes=1, threads=1, processes=1,
                              runnable=3)], [])
     assert store.samples("old")[-1].runnable == 3
+
+
+def test_a_store_lacking_declared_columns_gains_them_and_rows_decode_by_name(tmp_path):
+    """Columns come from the Sample declaration: a store in any older layout (here columns in
+    another order, and some missing) gains what it lacks on open and reads each value by name."""
+    from tensorgauge.store.schema import SAMPLE_COLUMNS
+
+    path = tmp_path / "runs.db"
+    conn = sqlite3.connect(path)
+    conn.executescript("""
+        CREATE TABLE runs (run_id TEXT PRIMARY KEY, started_at TEXT NOT NULL, record TEXT NOT NULL);
+        CREATE TABLE samples (run_id TEXT NOT NULL, gpus TEXT, runnable INTEGER, rss_bytes INTEGER NOT NULL,
+            cpu_percent TEXT, t REAL NOT NULL, cpu_seconds REAL NOT NULL, threads INTEGER, processes INTEGER);
+        CREATE TABLE events (run_id TEXT NOT NULL, t REAL NOT NULL, pid INTEGER, kind TEXT NOT NULL, data TEXT);
+        INSERT INTO runs VALUES ('old', '2026', '{"run_id": "old", "command": ["x"], "started_at": "2026"}');
+        INSERT INTO samples VALUES ('old', '[{"index": 0, "util_percent": 40.0}]', 7, 123, '[10.0, 20.0]', 0.1, 0.05,
+                                    4, 1);
+        PRAGMA user_version = 2;""")
+    conn.close()
+    store = Store.open(path)
+    present = {row[1] for row in store.conn.execute("PRAGMA table_info(samples)")}
+    assert {c.name for c in SAMPLE_COLUMNS} <= present
+    (sample,) = store.samples("old")
+    assert (sample.t, sample.cpu_seconds, sample.rss_bytes, sample.threads, sample.runnable) == (0.1, 0.05, 123, 4, 7)
+    assert sample.cpu_percent == [10.0, 20.0] and sample.gpus[0].util_percent == 40.0 and sample.uss_bytes is None

@@ -6,7 +6,6 @@ import os
 import subprocess
 
 import pytest
-
 from conftest import needs_tf
 
 pytestmark = [needs_tf, pytest.mark.tf]

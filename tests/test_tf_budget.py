@@ -8,8 +8,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from conftest import needs_tf
+
 from tensorgauge.analyse.report import RunReport
 from tensorgauge.store import Store
 

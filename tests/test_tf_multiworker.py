@@ -12,7 +12,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from conftest import needs_tf
 
 pytestmark = [needs_tf, pytest.mark.tf,

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import needs_tf
+
 from tensorgauge.analyse.account import shutdown
 from tensorgauge.analyse.report import RunReport
 from tensorgauge.store import Store

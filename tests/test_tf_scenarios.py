@@ -8,11 +8,11 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import needs_tf
+
 from tensorgauge.analyse.findings import PERFORMANCE_IDS
-from tensorgauge.cli import main
 from tensorgauge.analyse.report import RunReport
+from tensorgauge.cli import main
 from tensorgauge.store import Store
 
 pytestmark = [needs_tf, pytest.mark.tf]

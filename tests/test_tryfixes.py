@@ -7,9 +7,9 @@ import pytest
 from conftest import needs_tf
 
 from tensorgauge.cli import main
+from tensorgauge.monitoring.tryfixes import Trial, Trials, applicable
 from tensorgauge.render.terminal import render_trials
 from tensorgauge.store import Store
-from tensorgauge.monitoring.tryfixes import Trial, Trials, applicable
 
 
 def test_applicable_fixes_follow_what_fit_was_given():
@@ -67,7 +67,7 @@ def test_eager_job_gets_no_eager_with_its_measured_speedup(store_path, tmp_path,
     result = try_fixes(tmp_path, "eager")
     trials = result["trials"]
     assert [t["fixes"] for t in trials] == ["baseline", "no_eager"]
-    assert 0 < result["compute_only_step_seconds"] and trials[1]["reaches_limit"] is True
+    assert result["compute_only_step_seconds"] > 0 and trials[1]["reaches_limit"] is True
     assert trials[1]["speedup"] > 2.0  # 18x measured on 2 cores
     names = [r.name for r in Store.open(store_path).runs()]
     assert names == ["try-fixes: baseline", "try-fixes: no_eager"]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tensorgauge.analyse.phases import top_level
+from tensorgauge.hook.protocol import Kind
 from tensorgauge.model import Event, Phase, Summary
 from tensorgauge.units import format_bytes, format_seconds, format_share
-from tensorgauge.hook.protocol import Kind
-
 
 KIND_WORDS = {"custom": "your own phases (tensorgauge.phase)"}
 
@@ -27,7 +28,7 @@ def _kind_totals(phases: list[Phase], kind: str) -> tuple[float, float, int]:
     return wall, cpu, count
 
 
-def shutdown(events: list[Event], cpu_total: float, wall_seconds: float) -> tuple[float, float] | None:
+def shutdown(events: Sequence[Event], cpu_total: float, wall_seconds: float) -> tuple[float, float] | None:
     """(wall, CPU-s) from the job's ``exit`` event (its last atexit handler) to
     the process's end; only for a single hooked process, where it is exact."""
     exits = [e for e in events if e.kind == Kind.EXIT]
@@ -38,7 +39,7 @@ def shutdown(events: list[Event], cpu_total: float, wall_seconds: float) -> tupl
 
 
 def account(phases: list[Phase], summary: Summary, wall_seconds: float, cores_allowed: float | None,
-            events: list[Event] = ()) -> list[str]:
+            events: Sequence[Event] = ()) -> list[str]:
     """Sentences, most telling first."""
     lines: list[str] = []
     if wall_seconds <= 0:

@@ -3,8 +3,8 @@ with what the recorder measured in each benchmark's phase (pure)."""
 
 from __future__ import annotations
 
-from tensorgauge.model import Event, Phase
 from tensorgauge.hook.protocol import Kind
+from tensorgauge.model import Event, Phase
 
 PHASE_PREFIX = "bench "
 

@@ -10,8 +10,9 @@ twice as slow, 0.5 twice as fast.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from tensorgauge.analyse.bench import bench_results
 from tensorgauge.hook.protocol import Kind
@@ -180,7 +181,7 @@ def _positive(value: Any) -> bool:
 
 def _phase_results(a: Side, b: Side) -> list[Result]:
     """Phases matched by name (the first of each name), compared by wall time."""
-    first_b = {}
+    first_b: dict = {}
     for p in b.report.phases:
         first_b.setdefault(p.name, p)
     out, seen = [], set()

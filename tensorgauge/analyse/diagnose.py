@@ -12,8 +12,8 @@ from collections import Counter
 
 from tensorgauge.analyse.phases import main_fit
 from tensorgauge.analyse.rules import RunFacts, rule
-from tensorgauge.model import Event, Finding, Phase, Sample
 from tensorgauge.hook.protocol import Kind
+from tensorgauge.model import Event, Finding, Phase, Sample
 
 INPUT_HIGH, INPUT_MODERATE = 0.20, 0.05
 SATURATED = 0.85  # cores busy / cores allowed at which more parallelism cannot help

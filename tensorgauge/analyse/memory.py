@@ -6,9 +6,9 @@ from __future__ import annotations
 import statistics
 
 from tensorgauge.analyse.rules import RunFacts, rule
+from tensorgauge.hook.protocol import Kind
 from tensorgauge.model import Event, Finding, Phase, Sample
 from tensorgauge.units import format_bytes
-from tensorgauge.hook.protocol import Kind
 
 DATASET_IN_MEMORY_BYTES = 100 << 20  # from_tensor_slices inputs worth reporting
 # Growth after the first epoch (the allocator warms up during it) worth reporting:

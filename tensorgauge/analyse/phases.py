@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 
-from tensorgauge.model import PHASE_KINDS, Event, Phase, Sample
 from tensorgauge.hook.protocol import Kind
+from tensorgauge.model import PHASE_KINDS, Event, Phase, Sample
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -42,7 +42,7 @@ def build_phases(events: list[Event], samples: list[Sample], end: float | None =
     run_end = end if end is not None else (samples[-1].t if samples else 0.0)
     times = [s.t for s in samples]
     phases: list[Phase] = []
-    index_of: dict[tuple[int, int], int] = {}
+    index_of: dict[tuple[int, object], int] = {}
     begin_cpu: dict[int, float | None] = {}
     step_seconds: dict[int, list[float]] = {}
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from tensorgauge.hook.placement import short_device
 from tensorgauge.analyse.rules import RunFacts, rule
+from tensorgauge.hook.placement import short_device
+from tensorgauge.hook.protocol import Kind
 from tensorgauge.model import Finding
 from tensorgauge.units import format_bytes
-from tensorgauge.hook.protocol import Kind
 
 TOP_OPS = 5
 GPU_IDLE_UTIL = 5.0  # % mean GPU utilisation during fit under which the GPU counts as unused

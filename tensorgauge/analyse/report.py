@@ -7,7 +7,6 @@ a :class:`RunReport`; ``to_dict`` is the JSON contract.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
 from typing import Protocol
 
 from tensorgauge.analyse.findings import find

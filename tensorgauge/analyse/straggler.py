@@ -15,8 +15,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from tensorgauge.model import Finding
 from tensorgauge.hook.protocol import Kind
+from tensorgauge.model import Finding
 
 WAIT_MIN_SECONDS = 0.002  # per step: less than this between workers is noise
 WAIT_MIN_SHARE = 0.10  # ... or than this share of the step
@@ -68,22 +68,24 @@ def _ms(seconds: float) -> str:
 
 def straggler(rows: list[WorkerRow]) -> Finding | None:
     """The worker the others wait for, its measured cause, and how long the others wait."""
-    measured = [r for r in rows if r.allreduce_seconds_per_step is not None]
+    allreduce = {r.worker: r.allreduce_seconds_per_step for r in rows if r.allreduce_seconds_per_step is not None}
+    measured = [r for r in rows if r.worker in allreduce]
     if len(rows) < 2 or len(measured) < len(rows):
         return None
-    slow = min(measured, key=lambda r: r.allreduce_seconds_per_step)
+    slow = min(measured, key=lambda r: allreduce[r.worker])
     others = [r for r in measured if r is not slow]
-    waits = {r.worker: r.allreduce_seconds_per_step - slow.allreduce_seconds_per_step for r in others}
+    waits = {r.worker: allreduce[r.worker] - allreduce[slow.worker] for r in others}
     wait = statistics.median(waits.values())
     step = slow.step_seconds_p50 or max(wait, 1e-9)
     if wait < max(WAIT_MIN_SECONDS, WAIT_MIN_SHARE * step):
         return None
-    causes, evidence = [], {"others_wait_seconds_per_step": {k: round(v, 6) for k, v in waits.items()},
+    causes: list[str] = []
+    evidence: dict[str, object] = {"others_wait_seconds_per_step": {k: round(v, 6) for k, v in waits.items()},
                             "step_seconds_p50": slow.step_seconds_p50}
     input_others = [r.input_work_seconds_per_step or 0.0 for r in others]
     extra_input = (slow.input_work_seconds_per_step or 0.0) - statistics.median(input_others)
     if extra_input >= 0.5 * wait:
-        causes.append(f"input: its tf.data pipeline works {_ms(slow.input_work_seconds_per_step)} a step, the others "
+        causes.append(f"input: its tf.data pipeline works {_ms(slow.input_work_seconds_per_step or 0.0)} a step, the others "
                       f"{_ms(statistics.median(input_others))}")
         evidence["input_work_seconds_per_step"] = {r.worker: r.input_work_seconds_per_step for r in measured}
     cores = [r.cores_allowed for r in others if r.cores_allowed]

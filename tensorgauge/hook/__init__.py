@@ -10,37 +10,6 @@ no monitor listens.
 from __future__ import annotations
 
 _installed = False
-_exit_code: int | None = None
-
-
-def exit_job(code: int) -> None:
-    """End the job because tensorgauge stopped it (budget, try-fixes window).
-
-    Raises SystemExit so the job's ``finally`` blocks and atexit handlers run;
-    then our own atexit handler, which runs last, ends the process with
-    ``os._exit``: interpreter finalisation can deadlock when a tf.data pipeline
-    with a Python function is torn down mid-iteration.
-    """
-    global _exit_code
-    _exit_code = code
-    raise SystemExit(code)
-
-
-def _at_exit() -> None:
-    from tensorgauge.hook.channel import channel
-    from tensorgauge.hook.protocol import Kind
-
-    channel().emit(Kind.EXIT)
-    if _exit_code is not None:
-        import os
-        import sys
-
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:
-                pass
-        os._exit(_exit_code)
 
 
 def install() -> None:
@@ -52,6 +21,7 @@ def install() -> None:
     import atexit
     import sys
 
+    from tensorgauge.hook.exit import at_exit
     from tensorgauge.hook.imports import WATCHED, ImportWatcher
     from tensorgauge.hook.patches import on_imported
 
@@ -60,7 +30,7 @@ def install() -> None:
         on_imported(name, sys.modules[name])
     # Registered first, so it runs after the job's own atexit handlers: what the
     # kernel counts after this event is interpreter and TensorFlow shutdown.
-    atexit.register(_at_exit)
+    atexit.register(at_exit)
     watcher = ImportWatcher(on_imported, [n for n in WATCHED if n not in loaded])
     if watcher.watched:
         watcher.install()

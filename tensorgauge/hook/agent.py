@@ -82,7 +82,7 @@ class Agent:
                 phase = self._stack.pop()
                 self._close_step(phase, now)
                 self._flush_steps(phase, now)
-                data = {"id": phase.id}
+                data: dict[str, object] = {"id": phase.id}
                 if error is not None:
                     data["error"] = type(error).__name__
                 channel().emit(Kind.PHASE_END, **data)

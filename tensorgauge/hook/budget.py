@@ -10,20 +10,16 @@
 - GPU memory: ``$TENSORGAUGE_GPU_MEMORY_LIMIT`` (bytes) becomes a logical
   device ``memory_limit`` on each GPU, set right after TensorFlow is imported,
   before anything can initialise a GPU.
-- Facts about what holds memory: bytes materialised by
-  ``Dataset.from_tensor_slices`` and shuffle buffer sizes, sent as events.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 
 from tensorgauge.hook.channel import channel
-from tensorgauge.hook.protocol import Kind
-
-from tensorgauge.hook.protocol import CHECKPOINT_ENV, GPU_MEMORY_ENV, STOP_FILE_ENV
+from tensorgauge.hook.listeners import FitCall, FitListener, on_fit, on_tensorflow
+from tensorgauge.hook.protocol import CHECKPOINT_ENV, GPU_MEMORY_ENV, STOP_FILE_ENV, Kind
 
 BUDGET_EXIT_CODE = 75  # EX_TEMPFAIL: stopped by the budget, run again to resume
 
@@ -37,7 +33,7 @@ state = _State()
 
 def stop_requested() -> bool:
     path = os.environ.get(STOP_FILE_ENV)
-    return bool(path) and os.path.exists(path)
+    return path is not None and path != "" and os.path.exists(path)
 
 
 def _checkpoint_folder() -> str | None:
@@ -97,7 +93,7 @@ def exit_if_stopped() -> None:
     if state.stopping:
         print("tensorgauge: training stopped to stay inside the memory budget; run the same "
               "command again to resume from the checkpoint", file=sys.stderr)
-        from tensorgauge.hook import exit_job
+        from tensorgauge.hook.exit import exit_job
 
         exit_job(BUDGET_EXIT_CODE)
 
@@ -118,43 +114,30 @@ def apply_gpu_memory_limit(tf) -> None:
     channel().emit(Kind.BUDGET_GPU_MEMORY, limit_bytes=int(limit), gpus=applied, error=error)
 
 
-def _nbytes(value) -> int:
-    """Bytes of numpy arrays (or tuples/dicts/lists of them) given to from_tensor_slices."""
-    if isinstance(value, dict):
-        return sum(_nbytes(v) for v in value.values())
-    if isinstance(value, (tuple, list)) and value and not isinstance(value[0], (int, float)):
-        return sum(_nbytes(v) for v in value)
-    return int(getattr(value, "nbytes", 0) or 0)
+class _StopWatch(FitListener):
+    """Stops training at a batch boundary once the monitor asks; ends the job after fit."""
+
+    def __init__(self, callbacks, keras_callbacks):
+        self.callbacks, self.keras_callbacks = callbacks, keras_callbacks
+
+    def on_train_batch_begin(self, model, epoch: int) -> None:
+        if stop_requested():
+            stop_training(model, self.callbacks, self.keras_callbacks, epoch)
+
+    def after_fit(self, model) -> None:
+        exit_if_stopped()
 
 
-def patch_datasets(dataset_class) -> None:
-    """Send the size of from_tensor_slices inputs and shuffle buffers (never changes them)."""
-    original_slices = dataset_class.__dict__.get("from_tensor_slices")
-    function = getattr(original_slices, "__func__", None)
-    if function is not None and not getattr(function, "__tensorgauge_wrapped__", None):
-        @functools.wraps(function)
-        def from_tensor_slices(tensors, *args, **kwargs):
-            dataset = function(tensors, *args, **kwargs)
-            try:
-                channel().emit(Kind.DATASET, op="from_tensor_slices", bytes=_nbytes(tensors),
-                               elements=int(dataset.cardinality()))
-            except Exception:
-                pass
-            return dataset
+@on_fit
+def _budget_listener(call: FitCall) -> FitListener | None:
+    callbacks = call.callbacks
+    if callbacks is not None and not any(type(cb).__name__ == "BackupAndRestore" for cb in callbacks):
+        backup = restore_callback(call.keras_callbacks, call.model)
+        if backup is not None:
+            callbacks.insert(0, backup)  # restore before the job's own callbacks look
+    if not os.environ.get(STOP_FILE_ENV):
+        return None
+    return _StopWatch(callbacks, call.keras_callbacks)
 
-        from_tensor_slices.__tensorgauge_wrapped__ = function
-        dataset_class.from_tensor_slices = staticmethod(from_tensor_slices)
 
-    shuffle = dataset_class.__dict__.get("shuffle")
-    if shuffle is not None and not getattr(shuffle, "__tensorgauge_wrapped__", None):
-        @functools.wraps(shuffle)
-        def shuffle_wrapper(self, buffer_size, *args, **kwargs):
-            try:
-                channel().emit(Kind.DATASET, op="shuffle", buffer_size=int(buffer_size),
-                               elements=int(self.cardinality()))
-            except Exception:
-                pass
-            return shuffle(self, buffer_size, *args, **kwargs)
-
-        shuffle_wrapper.__tensorgauge_wrapped__ = shuffle
-        dataset_class.shuffle = shuffle_wrapper
+on_tensorflow(apply_gpu_memory_limit)

@@ -48,6 +48,8 @@ class Channel:
         return bool(self.path) and not self.broken
 
     def _open(self) -> int | None:
+        if self.path is None:
+            return None
         if self._fd is None or self._pid != os.getpid():  # reopen after fork
             self._pid = os.getpid()
             try:

@@ -34,9 +34,9 @@ import tempfile
 import time
 
 from tensorgauge.hook.channel import channel
-from tensorgauge.hook.protocol import Kind
+from tensorgauge.hook.listeners import FitCall, FitListener, on_fit, on_tensorflow
+from tensorgauge.hook.protocol import DIAGNOSE_ENV, WINDOW_ENV, Kind
 
-from tensorgauge.hook.protocol import DIAGNOSE_ENV
 WINDOW_START = 10
 WINDOW_STEPS = 10
 _GET_NEXT = "IteratorGetNextOp::DoCompute"
@@ -81,9 +81,7 @@ def _plain_int(value) -> int | None:
 def _inspect_dataset(tf, model) -> bool:
     """Look into fit's pipeline only when asked to (--diagnose, --try-fixes), and never under a
     distribution strategy (TensorFlow's multi-worker runtime is fragile: see the README)."""
-    from tensorgauge.hook import fixes
-
-    if not (enabled() or fixes.window_steps() > 0):
+    if not (enabled() or os.environ.get(WINDOW_ENV, "0") not in ("", "0")):
         return False
     strategy = getattr(model, "distribute_strategy", None)
     return strategy is None or not tf.distribute.has_strategy() and type(strategy).__name__.startswith("_Default")
@@ -106,12 +104,12 @@ def _dataset_facts(dataset, batch_size) -> dict:
         if batches >= 0:
             facts["dataset_batches"] = batches
             batch = batch_size or _batch_stage_size(dataset)
-            sizes = []
+            sizes: list[int | None] = []
             for spec in tf.nest.flatten(dataset.element_spec):
                 dims = [batch if i == 0 and d is None else d for i, d in enumerate(spec.shape.as_list())]
-                sizes.append(None if None in dims else int(np.prod(dims, dtype=np.int64)) * spec.dtype.size)
+                sizes.append(None if None in dims else int(np.prod(dims, dtype=np.int64)) * spec.dtype.size)  # type: ignore[arg-type]
             if None not in sizes:
-                facts["dataset_bytes"] = sum(sizes) * batches
+                facts["dataset_bytes"] = sum(s for s in sizes if s is not None) * batches
         ops = _pipeline_ops(dataset)
         facts["dataset_random_ops"] = sorted(o for o in ops if any(r in o for r in RANDOM_OPS))
         facts["dataset_python_ops"] = sorted(o for o in ops if o in PYTHON_OPS)
@@ -177,8 +175,8 @@ def patch_tracing() -> None:
             pass
         return original(function_type, type_context, func_graph, tracing_options)
 
-    traced.__tensorgauge_wrapped__ = original
-    module._create_concrete_function = traced
+    traced.__tensorgauge_wrapped__ = original  # type: ignore[attr-defined]
+    module._create_concrete_function = traced  # type: ignore[union-attr]
 
 
 def patch_eager_gradients(tf) -> None:
@@ -205,7 +203,7 @@ def patch_eager_gradients(tf) -> None:
                     pass
         return original(self, *args, **kwargs)
 
-    gradient.__tensorgauge_wrapped__ = original
+    gradient.__tensorgauge_wrapped__ = original  # type: ignore[attr-defined]
     tape_class.gradient = gradient
 
 
@@ -318,7 +316,8 @@ class ProfilerWindow:
         except Exception as exc:
             channel().emit(Kind.INPUT_PROBE, error=f"{type(exc).__name__}: {exc}")
         finally:
-            shutil.rmtree(self.logdir, ignore_errors=True)
+            if self.logdir is not None:
+                shutil.rmtree(self.logdir, ignore_errors=True)
 
     def _trace_seconds(self, steps: int) -> tuple[list[float], list[float], list[float], dict[str, float]]:
         """Per step, in order: IteratorGetNext's duration, and the train function's
@@ -328,7 +327,7 @@ class ProfilerWindow:
         others) and ``input_work_seconds`` (tf.data's root iterator producing elements)."""
         from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-        paths = glob.glob(os.path.join(self.logdir, "**", "*.xplane.pb"), recursive=True)
+        paths = glob.glob(os.path.join(self.logdir or "", "**", "*.xplane.pb"), recursive=True)
         space = xplane_pb2.XSpace()
         with open(paths[0], "rb") as f:
             space.ParseFromString(f.read())
@@ -356,3 +355,34 @@ class ProfilerWindow:
                     elif line.name == "python" and name.endswith("_on_iterator"):
                         functions.append(at)
         return [s for _, s in sorted(waits)[:steps]], [s for _, s in sorted(functions)[:steps]], copies, totals
+
+
+class _WindowProbe(FitListener):
+    """The profiler window over the first training steps, then the compute-only probe."""
+
+    def __init__(self, fit_input):
+        self.window, self.fit_input = ProfilerWindow(), fit_input
+
+    def on_train_batch_begin(self, model, epoch: int) -> None:
+        self.window.on_step_begin()
+
+    def on_train_end(self, model) -> None:
+        probe = self.window.active or (self.window.step_starts and not self.window.probed)
+        self.window.finish()
+        if probe:
+            self.window.probed = True
+            compute_probe(model, self.fit_input)
+
+
+@on_fit
+def _diagnose_listener(call: FitCall) -> FitListener | None:
+    if call.fit_input is None:
+        return None
+    send_fit_config(call.model, call.args, call.kwargs)
+    return _WindowProbe(call.fit_input) if enabled() else None
+
+
+@on_tensorflow
+def _patch(tf) -> None:
+    patch_tracing()
+    patch_eager_gradients(tf)

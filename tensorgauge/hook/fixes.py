@@ -27,9 +27,9 @@ import sys
 import time
 
 from tensorgauge.hook.channel import channel
-from tensorgauge.hook.protocol import Kind
+from tensorgauge.hook.listeners import FitCall, FitListener, on_fit, on_tensorflow
+from tensorgauge.hook.protocol import FIX_ENV, WARMUP_ENV, WINDOW_ENV, Kind
 
-from tensorgauge.hook.protocol import FIX_ENV, WARMUP_ENV, WINDOW_ENV
 WARMUP_STEPS = 3
 FIXES = ("parallel_map", "prefetch", "cache", "no_eager", "threads")
 
@@ -123,6 +123,35 @@ class Window:
 
     def exit_if_finished(self) -> None:
         if self.finished:
-            from tensorgauge.hook import exit_job
+            from tensorgauge.hook.exit import exit_job
 
             exit_job(0)
+
+
+class _WindowWatch(FitListener):
+    def __init__(self, timed: Window, fit_input):
+        self.timed, self.fit_input = timed, fit_input
+
+    def on_train_batch_begin(self, model, epoch: int) -> None:
+        self.timed.on_step_begin(model)
+
+    def on_train_end(self, model) -> None:
+        from tensorgauge.hook import diagnose
+
+        if self.timed.finished and not active() and not diagnose.enabled():
+            diagnose.compute_probe(model, self.fit_input)  # the limit the fixes are measured against
+
+    def after_fit(self, model) -> None:
+        self.timed.exit_if_finished()
+
+
+@on_fit
+def _fixes_listener(call: FitCall) -> FitListener | None:
+    if call.fit_input is None:
+        return None
+    apply_fit(call.model, call.args, call.kwargs)
+    timed = window()
+    return _WindowWatch(timed, call.fit_input) if timed is not None else None
+
+
+on_tensorflow(apply_tensorflow)

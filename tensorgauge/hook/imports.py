@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from tensorgauge.hook.agent import agent
 

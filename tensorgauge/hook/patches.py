@@ -15,8 +15,10 @@ import functools
 import os
 import sys
 
-from tensorgauge.hook import budget, diagnose, fixes, placement
+from tensorgauge.hook import placement
 from tensorgauge.hook.agent import agent
+from tensorgauge.hook.features import load_features
+from tensorgauge.hook.listeners import FitCall, FitListener, fit_listeners, tensorflow_imported
 
 _MARK = "__tensorgauge_wrapped__"
 
@@ -59,7 +61,8 @@ def phase_wrapper(fn, kind: str, label: str | None = None, is_method: bool = Fal
 
 
 def make_callback_class(base):
-    """A Keras callback (subclass of ``base``) that records epochs and steps."""
+    """A Keras callback (subclass of ``base``) that records epochs and steps, and passes
+    the fit's batches and end to the feature listeners (:mod:`.listeners`)."""
 
     _keras_callbacks = sys.modules.get(base.__module__.split(".")[0] + ".callbacks")
 
@@ -70,15 +73,14 @@ def make_callback_class(base):
         # We never read logs: tf_keras need not turn them into numpy each batch.
         _supports_tf_logs = True
 
-        def __init__(self, budget_callbacks=None, fit_input=None):
+        def __init__(self, listeners: list[FitListener] | None = None):
             super().__init__()
             self._phases: dict[str, int | None] = {}
-            self._budget_callbacks = budget_callbacks  # fit's callbacks, for a checkpoint at a stop
-            self._watch_budget = bool(os.environ.get(budget.STOP_FILE_ENV))
+            if listeners is None:  # added by hand (tensorgauge.keras.Callback): no fit call to act on
+                load_features()
+                listeners = fit_listeners(FitCall(model=None, keras_callbacks=_keras_callbacks))
+            self._listeners = listeners
             self._epoch = 0
-            self._window = diagnose.ProfilerWindow() if diagnose.enabled() and fit_input is not None else None
-            self._fit_input = fit_input  # (x, y, batch_size) for the compute-only probe
-            self._try_window = fixes.window() if fit_input is not None else None
 
         def _begin(self, key, name, kind, auto=True):
             self._phases[key] = agent().begin(name, kind, auto=auto)
@@ -86,20 +88,19 @@ def make_callback_class(base):
         def _end(self, key):
             agent().end(self._phases.pop(key, None))
 
+        def _tell(self, method: str, *args) -> None:
+            for listener in list(self._listeners):
+                try:
+                    getattr(listener, method)(self.model, *args)
+                except Exception:  # a feature failing must not reach the job
+                    self._listeners.remove(listener)
+
         # Phases, for use without the patches (tensorgauge.keras.Callback).
         def on_train_begin(self, logs=None):
             self._begin("fit", "fit", "fit")
 
         def on_train_end(self, logs=None):
-            if self._window is not None:
-                probe = self._window.active or (self._window.step_starts and not self._window.probed)
-                self._window.finish()
-                if probe:
-                    self._window.probed = True
-                    diagnose.compute_probe(self.model, self._fit_input)
-            elif self._try_window is not None and self._try_window.finished and not fixes.active():
-                diagnose.compute_probe(self.model, self._fit_input)  # the limit the fixes are measured against
-            placement.send(self.model, "fit")
+            self._tell("on_train_end")
             self._end("fit")
 
         def on_test_begin(self, logs=None):
@@ -123,12 +124,7 @@ def make_callback_class(base):
 
         def on_train_batch_begin(self, batch, logs=None):
             agent().step_begin()
-            if self._window is not None:
-                self._window.on_step_begin()
-            if self._try_window is not None:
-                self._try_window.on_step_begin(self.model)
-            if self._watch_budget and budget.stop_requested():
-                budget.stop_training(self.model, self._budget_callbacks, _keras_callbacks, self._epoch)
+            self._tell("on_train_batch_begin", self._epoch)
 
         def on_test_batch_begin(self, batch, logs=None):
             agent().step_begin()
@@ -140,8 +136,8 @@ def make_callback_class(base):
 
 
 def _with_callback(fn, kind: str, callback_class, keras_callbacks):
-    """Wrap Model.fit/evaluate/predict: a phase, plus our callback in ``callbacks``
-    (and, under a memory budget, a BackupAndRestore for fit)."""
+    """Wrap Model.fit/evaluate/predict: a phase, plus our callback in ``callbacks``;
+    for fit, the feature listeners act before it runs, see its batches, and after it returns."""
     position = _CALLBACKS_POSITION[kind]
 
     @functools.wraps(fn)
@@ -149,32 +145,24 @@ def _with_callback(fn, kind: str, callback_class, keras_callbacks):
         args = list(args)
         in_args = len(args) > position
         callbacks = args[position] if in_args else kwargs.get("callbacks")
+        listeners: list[FitListener] = []
         # Inside fit, Keras passes its CallbackList to evaluate: ours is in it already.
         if callbacks is None or isinstance(callbacks, (list, tuple)):
             callbacks = list(callbacks or [])
-            if kind == "fit" and not any(type(cb).__name__ == "BackupAndRestore" for cb in callbacks):
-                backup = budget.restore_callback(keras_callbacks, self)
-                if backup is not None:
-                    callbacks.insert(0, backup)  # restore before the job's own callbacks look
             if not any(getattr(cb, "_tensorgauge", False) for cb in callbacks):
-                fit_input = None
                 if kind == "fit":
                     fit_input = (args[0] if args else kwargs.get("x"), args[1] if len(args) > 1 else kwargs.get("y"),
                                  args[2] if len(args) > 2 else kwargs.get("batch_size"))
-                callbacks.append(callback_class(callbacks if kind == "fit" else None, fit_input))
+                    listeners = fit_listeners(FitCall(self, keras_callbacks, args, kwargs, callbacks, fit_input))
+                callbacks.append(callback_class(listeners))
             if in_args:
                 args[position] = callbacks
             else:
                 kwargs["callbacks"] = callbacks
         label = "validation" if kind == "evaluate" and agent().inside("fit") else kind
-        if kind == "fit":
-            fixes.apply_fit(self, args, kwargs)
-            diagnose.send_fit_config(self, args, kwargs)
         result = phase_wrapper(fn, kind, label)(self, *args, **kwargs)
-        if kind == "fit":
-            budget.exit_if_stopped()
-            if fixes.window() is not None:
-                fixes.window().exit_if_finished()
+        for listener in listeners:
+            listener.after_fit(self)
         return result
 
     setattr(wrapper, _MARK, fn)
@@ -224,7 +212,8 @@ def patch_keras(package_name: str) -> None:
     """Keras 3 (``keras``) or legacy Keras 2 (``tf_keras``)."""
     keras = sys.modules.get(package_name)
     model_class = getattr(keras, "Model", None)
-    callback_base = getattr(getattr(keras, "callbacks", None), "Callback", None)
+    callback_module = getattr(keras, "callbacks", None)
+    callback_base = getattr(callback_module, "Callback", None)
     if model_class is None or callback_base is None:
         return
     callback_class = make_callback_class(callback_base)
@@ -232,7 +221,7 @@ def patch_keras(package_name: str) -> None:
         # Patch the class that defines it so every subclass (Sequential, Functional) sees it.
         for klass in model_class.__mro__:
             if kind in klass.__dict__:
-                _patch_attr(klass, kind, lambda fn, k=kind: _with_callback(fn, k, callback_class, keras.callbacks))
+                _patch_attr(klass, kind, lambda fn, k=kind: _with_callback(fn, k, callback_class, callback_module))
                 break
     for name, kind in (("save", "save"), ("save_weights", "save"), ("export", "save"),
                        ("load_weights", "load")):
@@ -254,9 +243,6 @@ def patch_tensorflow() -> None:
         _patch_functions(save_module, [("save", "save", "saved_model.save")], "tensorflow", ("saved_model",))
     if load_module is not None:
         _patch_functions(load_module, [("load", "load", "saved_model.load")], "tensorflow", ("saved_model",))
-    dataset_module = sys.modules.get("tensorflow.python.data.ops.dataset_ops")
-    if getattr(dataset_module, "DatasetV2", None) is not None:
-        budget.patch_datasets(dataset_module.DatasetV2)
     checkpoint_module = sys.modules.get("tensorflow.python.checkpoint.checkpoint")
     checkpoint_class = getattr(checkpoint_module, "Checkpoint", None)
     if checkpoint_class is not None:
@@ -269,15 +255,7 @@ def on_imported(name: str, module) -> None:
     """Called by the import watcher when a watched package has loaded."""
     if name == "tensorflow":
         patch_tensorflow()
-        diagnose.patch_tracing()
-        diagnose.patch_eager_gradients(module)
-        fixes.apply_tensorflow(module)
-        budget.apply_gpu_memory_limit(module)
-        import threading
-
-        from tensorgauge.hook import tfinfo
-
-        # ~20 ms (threadpoolctl inspects every loaded library): off the job's path.
-        threading.Thread(target=tfinfo.send_facts, name="tensorgauge-facts", daemon=True).start()
+        load_features()
+        tensorflow_imported(module)
     elif name in ("keras", "tf_keras"):
         patch_keras(name)

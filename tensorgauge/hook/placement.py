@@ -8,6 +8,7 @@ short device name, e.g. ``GPU:0``). Keras 3 variables keep the device on
 from __future__ import annotations
 
 from tensorgauge.hook.channel import channel
+from tensorgauge.hook.listeners import FitCall, FitListener, on_fit
 from tensorgauge.hook.protocol import Kind
 
 
@@ -76,3 +77,13 @@ def send(obj, after: str) -> None:
             channel().emit(Kind.PLACEMENT, after=after, devices=by_device(variables))
     except Exception:
         pass
+
+
+class _AfterFit(FitListener):
+    def on_train_end(self, model) -> None:
+        send(model, "fit")
+
+
+@on_fit
+def _placement_listener(call: FitCall) -> FitListener:
+    return _AfterFit()

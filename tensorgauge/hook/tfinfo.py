@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 
 from tensorgauge.hook.channel import channel
+from tensorgauge.hook.listeners import on_tensorflow
 from tensorgauge.hook.protocol import Kind
 
 
@@ -53,7 +54,7 @@ THREAD_ENV = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREA
 def python_facts() -> dict:
     import os
 
-    facts = {"python": sys.version.split()[0], "executable": sys.executable,
+    facts: dict = {"python": sys.version.split()[0], "executable": sys.executable,
              "thread_env": {k: os.environ[k] for k in THREAD_ENV if k in os.environ}}
     try:
         facts["affinity_cpus"] = len(os.sched_getaffinity(0))
@@ -78,3 +79,11 @@ def send_facts() -> None:
     facts = python_facts()
     facts.update(_safe(tensorflow_facts, {}) or {})
     channel().emit(Kind.ENV, facts=facts)
+
+
+@on_tensorflow
+def _send_facts_later(tf) -> None:
+    import threading
+
+    # ~20 ms (threadpoolctl inspects every loaded library): off the job's path.
+    threading.Thread(target=send_facts, name="tensorgauge-facts", daemon=True).start()

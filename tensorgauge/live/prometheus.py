@@ -5,8 +5,8 @@ loopback unless another address is given. Labels: ``job`` and ``worker``
 
 from __future__ import annotations
 
-from tensorgauge.live.state import LiveState
 from tensorgauge.errors import TensorgaugeError
+from tensorgauge.live.state import LiveState
 
 DEFAULT_HOST = "127.0.0.1"
 

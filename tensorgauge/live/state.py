@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from tensorgauge.model import Event, Sample
 from tensorgauge.hook.protocol import Kind
+from tensorgauge.model import Event, Sample
 
 RATE_WINDOW_SECONDS = 5.0
 
@@ -15,7 +15,7 @@ RATE_WINDOW_SECONDS = 5.0
 class LiveState:
     def __init__(self):
         self.sample: Sample | None = None
-        self.open: dict[tuple[int, int], tuple[str, str]] = {}  # (pid, id) -> (name, kind), in begin order
+        self.open: dict[tuple[int, object], tuple[str, str]] = {}  # (pid, id) -> (name, kind), in begin order
         self.steps_total = 0
         self.last_step_seconds: float | None = None
         self.epochs_done = 0

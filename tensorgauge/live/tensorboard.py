@@ -14,9 +14,9 @@ from __future__ import annotations
 import os
 import time
 
-from tensorgauge.live.state import LiveState
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.hook.protocol import Kind
+from tensorgauge.live.state import LiveState
 
 SUBDIR = "tensorgauge"
 WRITE_SECONDS = 1.0

@@ -14,9 +14,9 @@ import os
 import signal
 from dataclasses import dataclass, field
 
-from tensorgauge.monitoring.limits import Budget, thread_pools
 from tensorgauge.hook import budget as hook_budget
 from tensorgauge.model import Sample
+from tensorgauge.monitoring.limits import Budget, thread_pools
 from tensorgauge.sources.cgroup import JobCgroup, allowed_cpus
 
 
@@ -71,10 +71,10 @@ class BudgetWatch:
         held = [g.job_memory_bytes for g in sample.gpus if g.job_memory_bytes is not None]
         if held and sum(held) > (self.gpu_peak_bytes or 0):
             self.gpu_peak_bytes = sum(held)
-        limit = self.budget.max_memory_bytes
-        if limit is None:
+        limit, soft = self.budget.max_memory_bytes, self.budget.soft_memory_bytes
+        if limit is None or soft is None:
             return
-        if sample.rss_bytes >= self.budget.soft_memory_bytes and self.stop_requested_at is None:
+        if sample.rss_bytes >= soft and self.stop_requested_at is None:
             self.stop_requested_at = sample.t
             self.reason = (f"memory reached {sample.rss_bytes / limit:.0%} of the budget at {sample.t:.1f} s: "
                            "asked the job to checkpoint and stop")

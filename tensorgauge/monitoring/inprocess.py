@@ -71,7 +71,7 @@ class monitor:
         self.warning = self.warning or line
         warnings.warn(f"tensorgauge: {line}", RuntimeWarning, stacklevel=2)
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> None:
         self._stop.set()
         self._thread.join()  # the loop ends with its last, forced tick
         record = self._record
@@ -90,4 +90,3 @@ class monitor:
                 os.unlink(self._events_path)
             except OSError:
                 pass
-        return False

@@ -10,9 +10,9 @@ job's death loses nothing, a SIGKILL of the monitor at most that long.
 from __future__ import annotations
 
 from tensorgauge.checks import ValidationError, check_event_data, check_object
+from tensorgauge.hook.protocol import Kind
 from tensorgauge.model import Event, RunRecord, Sample
 from tensorgauge.store import Store
-from tensorgauge.hook.protocol import Kind
 
 
 def to_event(raw: dict, t0: float) -> Event:

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.hook import channel as hook_channel
@@ -123,7 +124,7 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     if watch:
         watch.apply(child.pid, group)
 
-    paths = None if group else cgroup.cgroup_paths(child.pid)  # read now: /proc/PID goes with the job
+    paths = cgroup.cgroup_paths(child.pid)  # read now: /proc/PID goes with the job
 
     def oom_count() -> int | None:
         return group.oom_kills() if group else cgroup.oom_kill_count(paths)
@@ -156,7 +157,7 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
         oom_after = oom_count()
         # The cgroup also counts children the job left running (rusage only has waited-for ones).
-        group_cpu = (group.cpu_seconds() or 0.0) + tree.cpu_before_seconds if group else 0.0
+        group_cpu = (group.cpu_seconds() or 0.0) + getattr(tree, "cpu_before_seconds", 0.0) if group else 0.0
         if group:
             group.remove()  # fails, harmlessly, while a daemon the job left behind lives on
         for path in (events_path, events_path + ".stop"):
@@ -166,6 +167,7 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
                 pass
 
     status, rusage = ended.status, ended.rusage
+    assert status is not None  # reaped above
     warning = monitor.warning
     record.wall_seconds = end - t0
     record.samples_taken = monitor.samples_taken
@@ -202,7 +204,7 @@ class _ChildEnd:
     def __init__(self, pid: int):
         self.pid = pid
         self.status: int | None = None
-        self.rusage = None
+        self.rusage: Any = None  # resource.struct_rusage once reaped
 
     def _reap(self) -> bool:
         waited_pid, status, rusage = os.wait4(self.pid, os.WNOHANG)

@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Callable
 
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.hook.fixes import FIX_ENV, WARMUP_ENV, WARMUP_STEPS, WINDOW_ENV
-from tensorgauge.units import format_bytes
+from tensorgauge.hook.protocol import Kind
 from tensorgauge.monitoring.runner import run
 from tensorgauge.store import Store
-from tensorgauge.hook.protocol import Kind
+from tensorgauge.units import format_bytes
 
 CANDIDATES = {
     "parallel_map": "map(num_parallel_calls=tf.data.AUTOTUNE)",

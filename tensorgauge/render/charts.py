@@ -12,8 +12,8 @@ import json
 import math
 from collections import Counter
 
-from tensorgauge.model import Sample
 from tensorgauge.hook.protocol import Kind
+from tensorgauge.model import Sample
 
 MAX_BINS = 1500
 MAX_HEATMAP_CELLS = 40_000

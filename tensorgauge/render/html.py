@@ -55,7 +55,7 @@ def javascript() -> str:
         return cache.read_text()
     except OSError:
         pass
-    js = vl_convert.javascript_bundle()
+    js = vl_convert.javascript_bundle()  # type: ignore[call-arg]  # the snippet is optional
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
         partial = cache.with_suffix(f".{os.getpid()}.tmp")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from tensorgauge.model import Phase
 from tensorgauge.units import format_bytes, format_seconds, format_share

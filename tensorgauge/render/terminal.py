@@ -9,9 +9,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from tensorgauge.analyse.account import account
+from tensorgauge.analyse.report import RunReport
 from tensorgauge.model import Phase, RunRecord
 from tensorgauge.render.phase_columns import phase_columns
-from tensorgauge.analyse.report import RunReport
 from tensorgauge.units import format_bytes, format_seconds
 
 
@@ -52,7 +52,7 @@ def render_runs(console: Console, records: list[RunRecord], peaks: dict[str, tup
 
 
 def _depths(phases: list[Phase]) -> list[int]:
-    depths = []
+    depths: list[int] = []
     for phase in phases:
         depths.append(depths[phase.parent] + 1 if phase.parent is not None else 0)
     return depths
@@ -164,7 +164,7 @@ def render_trials(console: Console, result) -> None:
     best = max((t for t in trials[1:] if t.speedup), key=lambda t: t.speedup, default=None)
     for trial in trials:
         speedup = f"{trial.speedup:.2f}x" if trial.speedup else "-"
-        if trial is best and trial.speedup > 1.05:
+        if best is not None and trial is best and (trial.speedup or 0) > 1.05:
             speedup = f"[green]{speedup}[/green]"
         reached = {True: "yes", False: "no", None: "-"}[trial.reaches_limit]
         table.add_row(trial.fixes, escape(trial.what), format_seconds(trial.step_seconds_median), speedup,

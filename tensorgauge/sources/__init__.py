@@ -58,6 +58,10 @@ class System(Protocol):
 
 
 class Gpus(Protocol):
+    @property
+    def names(self) -> list[str]:
+        """The GPUs' model names, in NVML's index order ([] without a driver)."""
+
     def read(self, pids: tuple[int, ...] = ()) -> list[GpuReading]:
         """One reading per GPU; an empty list where there is no NVIDIA driver."""
 

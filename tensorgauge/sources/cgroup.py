@@ -72,10 +72,10 @@ def cpu_quota_cores(paths: CgroupPaths) -> float | None:
                 return int(quota) / int(period)
         return None
     if paths.cpu is not None:
-        quota = _read(paths.cpu / "cpu.cfs_quota_us")
-        period = _read(paths.cpu / "cpu.cfs_period_us")
-        if quota and period and int(quota) > 0:
-            return int(quota) / int(period)
+        cfs_quota = _read(paths.cpu / "cpu.cfs_quota_us")
+        cfs_period = _read(paths.cpu / "cpu.cfs_period_us")
+        if cfs_quota and cfs_period and int(cfs_quota) > 0:
+            return int(cfs_quota) / int(cfs_period)
     return None
 
 
@@ -123,7 +123,7 @@ def cores_allowed(paths: CgroupPaths | None = None) -> float:
 
 def _sweep_empty(paths: CgroupPaths, prefix: str) -> None:
     """Remove empty cgroups left by monitors that were killed (rmdir refuses non-empty ones)."""
-    for parent in {paths.unified, paths.cpuacct, paths.cpu, paths.memory} - {None}:
+    for parent in (p for p in (paths.unified, paths.cpuacct, paths.cpu, paths.memory) if p is not None):
         try:
             stale = [p for p in parent.iterdir() if p.name.startswith(prefix) and p.is_dir()]
         except OSError:

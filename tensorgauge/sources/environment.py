@@ -5,7 +5,7 @@ this Python: the host's (CPU, cores allowed, memory, GPUs) and the job side's
 from __future__ import annotations
 
 import importlib.util
-from typing import Callable
+from collections.abc import Callable
 
 from tensorgauge.hook import tfinfo
 from tensorgauge.sources.fingerprint import driver_gpus, host_fingerprint

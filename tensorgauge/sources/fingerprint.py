@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
+from collections.abc import Mapping
 
 import psutil
 
@@ -50,9 +51,9 @@ def tf_relevant_flags(flags: list[str]) -> list[str]:
     return sorted(f for f in flags if f in TF_RELEVANT_FLAGS or f.startswith(TF_RELEVANT_PREFIXES))
 
 
-def host_fingerprint(environ: dict[str, str] | None = None) -> dict:
+def host_fingerprint(environ: Mapping[str, str] | None = None) -> dict:
     """Facts about this machine that explain how a TensorFlow job behaves on it."""
-    environ = os.environ if environ is None else environ
+    env: Mapping[str, str] = os.environ if environ is None else environ
     model, flags = _cpuinfo()
     paths = cgroup.cgroup_paths()
     try:
@@ -76,7 +77,7 @@ def host_fingerprint(environ: dict[str, str] | None = None) -> dict:
         "machine": platform.machine(),
         "nvidia_driver": nvidia_driver_version(),
         "monitor_python": sys.version.split()[0],
-        "env_vars": {k: environ[k] for k in TF_RELEVANT_ENV if k in environ},
+        "env_vars": {k: env[k] for k in TF_RELEVANT_ENV if k in env},
     }
 
 

@@ -13,8 +13,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from tensorgauge.errors import TensorgaugeError
 

@@ -96,7 +96,7 @@ def probe_call(tf, model, input_shapes: list[str]):
         inputs = [tf.zeros(_shape(s)) for s in input_shapes]
         args = inputs[0] if len(inputs) == 1 else inputs
         signature = model.signatures.get("serving_default") if hasattr(model, "signatures") else None
-        if signature is not None and not callable(getattr(model, "__call__", None)):
+        if signature is not None and not callable(getattr(model, "__call__", None)):  # noqa: B004 (a restored attribute)
             return lambda: signature(args), [list(t.shape) for t in inputs]
         return tf.function(lambda: model(args)), [list(t.shape) for t in inputs]
     keras_inputs = getattr(model, "inputs", None)
@@ -214,7 +214,7 @@ def run(request: dict, log_path: str) -> dict:
 
 def main() -> None:
     request = json.loads(sys.argv[1])
-    log = tempfile.NamedTemporaryFile(prefix="tensorgauge-placement-", suffix=".log", delete=False)
+    log = tempfile.NamedTemporaryFile(prefix="tensorgauge-placement-", suffix=".log", delete=False)  # noqa: SIM115
     saved = os.dup(2)
     os.dup2(log.fileno(), 2)
     try:

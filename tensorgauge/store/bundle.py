@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from tensorgauge import __version__
-from tensorgauge.errors import TensorgaugeError
 from tensorgauge.checks import ValidationError, check_event_data, check_object, check_record
+from tensorgauge.errors import TensorgaugeError
 from tensorgauge.model import BUDGET_FIELDS, ENV_PARTS, GPU_LIMIT_FIELDS, Event, RunRecord, Sample
 
 SCHEMA = "tensorgauge.bundle/1"
@@ -87,7 +87,7 @@ def from_dict(doc: Any) -> Bundle:
         events = []
         for i, e in enumerate(doc["events"]):
             check_record(Event, e, f"events[{i}]")
-            check_event_data(e["kind"], e["data"], f"events[{i}].data")
+            check_event_data(e["kind"], e.get("data", {}), f"events[{i}].data")
             events.append(Event.from_dict(e))
     except ValidationError as exc:
         raise BundleError(str(exc)) from None

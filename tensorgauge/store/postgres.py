@@ -8,14 +8,11 @@ from __future__ import annotations
 import re
 
 from tensorgauge.errors import StoreError
+from tensorgauge.store.location import local_data_dir
 from tensorgauge.store.schema import SCHEMA_VERSION, TABLE_COLUMNS, create_statements, missing_columns
 from tensorgauge.store.sqlite import check_version
 
 TYPES = {"real": "DOUBLE PRECISION", "int": "BIGINT", "event_id": "id BIGSERIAL PRIMARY KEY, "}
-
-
-def is_url(location: str) -> bool:
-    return location.startswith(("postgresql://", "postgres://"))
 
 
 def redact(url: str) -> str:
@@ -27,8 +24,6 @@ class PostgresBackend:
     event_order = "id"
 
     def __init__(self, url: str, create: bool):
-        from tensorgauge.store.runs import local_data_dir
-
         try:
             import psycopg
         except ImportError:

@@ -19,11 +19,10 @@ from typing import Any
 from tensorgauge.checks import ValidationError, check_record
 from tensorgauge.errors import StoreError, UnknownRunError
 from tensorgauge.model import Event, GpuReading, RunRecord, Sample
-from tensorgauge.store.postgres import PostgresBackend, is_url
+from tensorgauge.store.location import default_store_path, is_url
+from tensorgauge.store.postgres import PostgresBackend
 from tensorgauge.store.schema import EVENT_COLUMNS, SAMPLE_COLUMNS, Column
 from tensorgauge.store.sqlite import SqliteBackend
-
-STORE_ENV = "TENSORGAUGE_STORE"
 
 _SAMPLE_NAMES = ", ".join(c.name for c in SAMPLE_COLUMNS)
 _EVENT_NAMES = ", ".join(c.name for c in EVENT_COLUMNS)
@@ -32,18 +31,6 @@ _INSERT_EVENT = f"INSERT INTO events (run_id, {_EVENT_NAMES}) VALUES (?{', ?' * 
 _UPSERT_RUN = ("INSERT INTO runs (run_id, started_at, record) VALUES (?, ?, ?) "
                "ON CONFLICT (run_id) DO UPDATE SET started_at = excluded.started_at, record = excluded.record")
 
-
-def local_data_dir() -> Path:
-    """``$XDG_DATA_HOME/tensorgauge`` (``~/.local/share/tensorgauge``)."""
-    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "tensorgauge"
-
-
-def default_store_path() -> Path | str:
-    """``$TENSORGAUGE_STORE`` (a path or a ``postgresql://`` URL), else ``$XDG_DATA_HOME/tensorgauge/runs.db``."""
-    configured = os.environ.get(STORE_ENV)
-    if configured:
-        return configured if is_url(configured) else Path(configured).expanduser()
-    return local_data_dir() / "runs.db"
 
 
 class Store:
@@ -147,10 +134,10 @@ class Store:
         rows = self._query(f"SELECT {_SAMPLE_NAMES} FROM samples WHERE run_id = ? ORDER BY t", (run_id,))
         values = _decode(SAMPLE_COLUMNS, rows)
         try:
+            for v in values:
+                if v["gpus"]:
+                    v["gpus"] = [GpuReading.from_dict(g) for g in v["gpus"]]
             samples = [Sample(**v) for v in values]
-            for s in samples:
-                if s.gpus:
-                    s.gpus = [GpuReading.from_dict(g) for g in s.gpus]
         except (TypeError, AttributeError) as exc:
             raise StoreError(f"store {self.location} holds a damaged sample ({exc})") from None
         return samples
@@ -196,7 +183,7 @@ def _decode(columns: tuple[Column, ...], rows: list[tuple]) -> list[dict[str, An
     for i, c in enumerate(columns):
         if c.is_json:
             parsed = _json_column([row[i] for row in rows])
-            empty = [] if c.kind == "records" else None
+            empty: list | None = [] if c.kind == "records" else None
             for value, p in zip(values, parsed):
                 value[c.name] = p if p is not None else empty
     return values

@@ -1,0 +1,13 @@
+"""The in-job features, each a module that registers its listeners (see :mod:`.listeners`)
+when imported; they are loaded in this order. A new feature: one module and one entry here."""
+
+from __future__ import annotations
+
+import importlib
+
+FEATURES = ("budget", "fixes", "diagnose", "dataset_facts", "placement", "tfinfo")
+
+
+def load_features() -> None:
+    for name in FEATURES:
+        importlib.import_module(f"tensorgauge.hook.{name}")
