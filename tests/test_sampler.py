@@ -12,7 +12,7 @@ def reading(cpu, rss=100, threads=3):
 def make(tree_readings, per_cpu=None, gpus=None):
     clock = FakeClock(500.0)
     tree = FakeProcessTree(readings=tree_readings, private=(80, 90))
-    system = FakeSystem(per_cpu=per_cpu or [], mem=MemoryReading(used_bytes=1, available_bytes=2, total_bytes=3))
+    system = FakeSystem(per_cpu=per_cpu or [], mem=MemoryReading(mem_used_bytes=1, mem_available_bytes=2, mem_total_bytes=3))
     return Sampler(tree, system, gpus or NoGpus(), clock, t0=500.0), clock, tree
 
 

@@ -10,8 +10,11 @@ every five seconds: together that keeps the monitor under 1% of a core.
 
 from __future__ import annotations
 
+import functools
+from dataclasses import fields
+
 from tensorgauge.model import Sample
-from tensorgauge.sources import Clock, Gpus, ProcessTree, System
+from tensorgauge.sources import Clock, Gpus, MemoryReading, ProcessTree, System, TreeReading
 
 PRIVATE_MEMORY_EVERY_SECONDS = 5.0  # USS/PSS costs ~0.3-11 ms per process
 SLOW_EVERY_SECONDS = 1.0  # I/O counters and machine memory: ~100 us, and they change slowly
@@ -53,18 +56,13 @@ class Sampler:
 
         memory = self.system.memory() if slow else None
         sample = Sample(
+            **_same_named(tree, exclude=("cpu_seconds",)),
+            **_same_named(memory),
             t=t,
             cpu_seconds=cpu,
             cores_busy=cores_busy,
-            rss_bytes=tree.rss_bytes,
-            threads=tree.threads,
-            processes=tree.processes,
-            read_bytes=tree.read_bytes,
-            write_bytes=tree.write_bytes,
             uss_bytes=uss,
             pss_bytes=pss,
-            mem_used_bytes=memory.used_bytes if memory else None,
-            mem_available_bytes=memory.available_bytes if memory else None,
             cpu_percent=self._per_cpu_percent(),
             runnable=self.system.runnable() if slow else None,
             gpus=self.gpus.read(tree.pids),
@@ -82,3 +80,19 @@ class Sampler:
             span = total1 - total0
             out.append(round(100.0 * (busy1 - busy0) / span, 1) if span > 0 else 0.0)
         return out
+
+
+_SAMPLE_FIELDS = frozenset(f.name for f in fields(Sample))
+
+
+def _same_named(reading: TreeReading | MemoryReading | None, exclude: tuple[str, ...] = ()) -> dict:
+    """The fields of a source's reading that a Sample has under the same name (a new
+    figure in a reading reaches the sample, the store and bundles with no code here)."""
+    if reading is None:
+        return {}
+    return {name: getattr(reading, name) for name in _shared_names(type(reading)) if name not in exclude}
+
+
+@functools.cache
+def _shared_names(reading_type: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(reading_type) if f.name in _SAMPLE_FIELDS)

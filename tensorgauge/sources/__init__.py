@@ -15,7 +15,8 @@ from tensorgauge.model import GpuReading
 
 @dataclass
 class TreeReading:
-    """The job's process tree at one instant (cumulative counters)."""
+    """The job's process tree at one instant (cumulative counters). A field named like a
+    :class:`~tensorgauge.model.Sample` field lands in it as it is (see the sampler)."""
 
     cpu_seconds: float
     rss_bytes: int
@@ -28,9 +29,11 @@ class TreeReading:
 
 @dataclass
 class MemoryReading:
-    used_bytes: int
-    available_bytes: int
-    total_bytes: int
+    """The machine, read once a second; fields named like Sample fields land in it as they are."""
+
+    mem_used_bytes: int
+    mem_available_bytes: int
+    mem_total_bytes: int
 
 
 class Clock(Protocol):

@@ -41,8 +41,8 @@ class PsutilSystem:
             vm = psutil.virtual_memory()
         except (OSError, psutil.Error):
             return None
-        return MemoryReading(used_bytes=vm.total - vm.available, available_bytes=vm.available,
-                             total_bytes=vm.total)
+        return MemoryReading(mem_used_bytes=vm.total - vm.available, mem_available_bytes=vm.available,
+                             mem_total_bytes=vm.total)
 
     def runnable(self, path: str = "/proc/loadavg") -> int | None:
         """The kernel's count of runnable threads (4th field of /proc/loadavg: R/total)."""
