@@ -10,7 +10,6 @@ every five seconds: together that keeps the monitor under 1% of a core.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import fields
 
 from tensorgauge.model import Sample
@@ -93,6 +92,11 @@ def _same_named(reading: TreeReading | MemoryReading | None, exclude: tuple[str,
     return {name: getattr(reading, name) for name in _shared_names(type(reading)) if name not in exclude}
 
 
-@functools.cache
+_SHARED: dict[type, tuple[str, ...]] = {}
+
+
 def _shared_names(reading_type: type) -> tuple[str, ...]:
-    return tuple(f.name for f in fields(reading_type) if f.name in _SAMPLE_FIELDS)
+    names = _SHARED.get(reading_type)
+    if names is None:
+        names = _SHARED[reading_type] = tuple(f.name for f in fields(reading_type) if f.name in _SAMPLE_FIELDS)
+    return names
