@@ -74,6 +74,8 @@ class Sample:
     pss_bytes: int | None = declared("int?", "bytes", "tree, every few seconds (expensive)", default=None)
     mem_used_bytes: int | None = declared("int?", "bytes", "whole machine, once a second", default=None)
     mem_available_bytes: int | None = declared("int?", "bytes", "whole machine, once a second", default=None)
+    swap_used_bytes: int | None = declared("int?", "bytes", "whole machine's swap in use, once a second",
+                                           default=None)
     cpu_percent: list[float] | None = declared("numbers?", "%", "per CPU the job may run on", default=None)
     runnable: int | None = declared("int?", "threads", "running or waiting for a CPU, whole machine, once a second",
                                     default=None)

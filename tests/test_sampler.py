@@ -73,3 +73,24 @@ def test_slow_readings_once_a_second():
         clock.advance(0.1)
     assert tree.io_requests == [i in (0, 10) for i in range(12)]
     assert [m is not None for m in memory] == tree.io_requests
+
+
+def test_machine_swap_in_use_is_sampled_once_a_second_and_stored(tmp_path):
+    from tensorgauge.model import RunRecord
+    from tensorgauge.sources.system import PsutilSystem
+    from tensorgauge.store import Store
+
+    clock = FakeClock(500.0)
+    system = FakeSystem(mem=MemoryReading(mem_used_bytes=1, mem_available_bytes=2, mem_total_bytes=3,
+                                          swap_used_bytes=5 << 20))
+    sampler = Sampler(FakeProcessTree(readings=[reading(0)] * 3), system, NoGpus(), clock, t0=500.0)
+    first = sampler.sample()
+    clock.advance(0.1)
+    second = sampler.sample()
+    assert first.swap_used_bytes == 5 << 20 and second.swap_used_bytes is None  # once a second
+    store = Store.open(tmp_path / "runs.db")
+    store.save_run(RunRecord(run_id="r", command=["x"], started_at="2026"))
+    store.add("r", [first, second], [])
+    assert [s.swap_used_bytes for s in store.samples("r")] == [5 << 20, None]
+    real = PsutilSystem().memory()
+    assert real is not None and real.swap_used_bytes is not None and real.swap_used_bytes >= 0

@@ -34,6 +34,7 @@ class MemoryReading:
     mem_used_bytes: int
     mem_available_bytes: int
     mem_total_bytes: int
+    swap_used_bytes: int | None = None
 
 
 class Clock(Protocol):

@@ -41,8 +41,12 @@ class PsutilSystem:
             vm = psutil.virtual_memory()
         except (OSError, psutil.Error):
             return None
+        try:
+            swap = psutil.swap_memory().used
+        except (OSError, psutil.Error):
+            swap = None
         return MemoryReading(mem_used_bytes=vm.total - vm.available, mem_available_bytes=vm.available,
-                             mem_total_bytes=vm.total)
+                             mem_total_bytes=vm.total, swap_used_bytes=swap)
 
     def runnable(self, path: str = "/proc/loadavg") -> int | None:
         """The kernel's count of runnable threads (4th field of /proc/loadavg: R/total)."""
