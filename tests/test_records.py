@@ -108,7 +108,7 @@ def test_a_wrong_kind_in_any_event_payload_is_one_clear_error(event_kind, name, 
 def normalised(sample) -> str:
     """A sample as sorted JSON, numbers as floats (a REAL column returns 5 as 5.0)."""
     spec = record_spec(Sample)
-    doc = {k: float(v) if spec[k].rstrip("?") == "number" and v is not None else v
+    doc = {k: float(v) + 0.0 if spec[k].rstrip("?") == "number" and v is not None else v
            for k, v in sample.to_dict().items()}
     return json.dumps(doc, sort_keys=True)
 

@@ -157,9 +157,10 @@ def _variables_on_cpu(f: RunFacts) -> Finding | None:
     placed = f.last(Kind.PLACEMENT)
     if not f.job.get("gpus_visible") or placed is None:
         return None
-    devices = placed.get("devices") or {}
-    total = sum(d.get("bytes", 0) for d in devices.values())
-    on_cpu = sum(d.get("bytes", 0) for name, d in devices.items() if name.startswith("CPU"))
+    held = {name: d.get("bytes") for name, d in (placed.get("devices") or {}).items() if isinstance(d, dict)}
+    held = {name: b for name, b in held.items() if isinstance(b, int) and b >= 0}
+    total = sum(held.values())
+    on_cpu = sum(b for name, b in held.items() if name.startswith("CPU"))
     return variables_on_cpu(on_cpu, total, None) if total and on_cpu > total / 2 else None
 
 
