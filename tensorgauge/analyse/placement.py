@@ -157,8 +157,8 @@ def _variables_on_cpu(f: RunFacts) -> Finding | None:
     placed = f.last(Kind.PLACEMENT)
     if not f.job.get("gpus_visible") or placed is None:
         return None
-    held = {name: d.get("bytes") for name, d in (placed.get("devices") or {}).items() if isinstance(d, dict)}
-    held = {name: b for name, b in held.items() if isinstance(b, int) and b >= 0}
+    held: dict[str, int] = {name: d["bytes"] for name, d in (placed.get("devices") or {}).items()
+                            if isinstance(d, dict) and isinstance(d.get("bytes"), int) and d["bytes"] >= 0}
     total = sum(held.values())
     on_cpu = sum(b for name, b in held.items() if name.startswith("CPU"))
     return variables_on_cpu(on_cpu, total, None) if total and on_cpu > total / 2 else None
