@@ -131,3 +131,26 @@ def test_memory_growth_needs_a_steady_rise_after_the_first_epoch(rss_mib, epochs
     phases = build_phases(events, samples, end=1.0 + epochs)
     found = {f.id for f in memory_findings(run_record(wall_seconds=1.0 + epochs), samples, events, phases)}
     assert ("memory_growth" in found) == grows
+
+
+def test_swap_pressure_names_the_growth_and_the_phase_and_ignores_a_steady_swap():
+    from tensorgauge.analyse.findings import find
+
+    def samples(swap_mib):
+        return [Sample(t=float(i), cpu_seconds=0.0, cores_busy=None, rss_bytes=500 << 20, threads=1, processes=1,
+                       mem_available_bytes=(100 if i > 2 else 900) << 20, swap_used_bytes=s << 20)
+                for i, s in enumerate(swap_mib)]
+
+    events = [Event(t=1.5, pid=1, kind="phase_begin", data={"id": 1, "name": "fit", "phase_kind": "fit"}),
+              Event(t=5.5, pid=1, kind="phase_end", data={"id": 1})]
+    record = run_record(wall_seconds=6.0)
+    phases = build_phases(events, samples([0] * 6), end=6.0)
+    swapping = samples([100, 100, 300, 700, 1400, 900])
+    (finding,) = [f for f in find(record, swapping, events, phases) if f.id == "swap_pressure"]
+    assert finding.severity == "high" and finding.evidence["swap_growth_bytes"] == 1300 << 20
+    assert finding.evidence["peak_phase"] == "fit" and finding.evidence["mem_available_min_bytes"] == 100 << 20
+    moderate = samples([100, 200, 500, 420, 400, 400])
+    assert [f.severity for f in find(record, moderate, events, phases) if f.id == "swap_pressure"] == ["moderate"]
+    steady = samples([2000, 2000, 2100, 2050, 2000, 2000])  # swap in use from before, barely moving
+    assert [f for f in find(record, steady, events, phases) if f.id == "swap_pressure"] == []
+    assert [f for f in find(record, samples([0]), events, phases) if f.id == "swap_pressure"] == []

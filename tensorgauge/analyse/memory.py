@@ -105,6 +105,38 @@ def memory_growth(f: RunFacts) -> Finding | None:
         expected_gain=f"about {format_bytes(per_epoch)} per epoch")
 
 
+SWAP_GROWTH_BYTES = 256 << 20  # swap newly in use during the run worth reporting
+SWAP_GROWTH_HIGH_BYTES = 1 << 30
+
+
+@rule("swap_pressure", category="memory")
+def swap_pressure(f: RunFacts) -> Finding | None:
+    """The machine paged memory out to swap while the job ran: RAM ran short."""
+    readings = [(s.t, s.swap_used_bytes) for s in f.samples if s.swap_used_bytes is not None]
+    if len(readings) < 2:
+        return None
+    start = readings[0][1]
+    peak_t, peak = max(readings, key=lambda r: r[1])
+    growth = peak - start
+    if growth < SWAP_GROWTH_BYTES:
+        return None
+    at_peak = peak_phase(f.phases, peak_t)
+    available = [s.mem_available_bytes for s in f.samples if s.mem_available_bytes is not None]
+    where = f" during '{at_peak.name}'" if at_peak else ""
+    return Finding(
+        id="swap_pressure", severity="high" if growth >= SWAP_GROWTH_HIGH_BYTES else "moderate",
+        title=f"The machine swapped {format_bytes(growth)} out to disk while the job ran (peak at "
+              f"{peak_t:.0f} s{where}): RAM ran short",
+        evidence={"swap_used_start_bytes": start, "swap_used_peak_bytes": peak, "swap_growth_bytes": growth,
+                  "peak_t": round(peak_t, 3), "peak_phase": at_peak.name if at_peak else None,
+                  "mem_available_min_bytes": min(available) if available else None,
+                  "rss_peak_bytes": f.summary.rss_peak_bytes},
+        fix="Make the job fit in RAM: a smaller batch or model, data streamed from files instead of held in "
+            "arrays (see dataset_in_memory), fewer jobs on the machine at once; tensorgauge run --max-memory "
+            "keeps the job inside a budget and stops it gracefully before it swaps.",
+        expected_gain="steps stop waiting for pages read back from disk, often many times slower than RAM")
+
+
 @rule("memory_budget", category="memory")
 def memory_budget(f: RunFacts) -> Finding | None:
     """The budget stop, with what held the memory (read from the memory findings before it)."""
