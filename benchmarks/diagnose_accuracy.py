@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tensorgauge.analyse.report import RunReport
+from tensorgauge.analyse.run_report import RunReport
 from tensorgauge.monitoring.runner import run
 from tensorgauge.store import Store
 

@@ -115,7 +115,7 @@ def _fails_cleanly(text: str, tmp_path, original: str | None = None) -> None:
     except TensorgaugeError:
         return
     from tensorgauge.analyse.compare import Side, compare
-    from tensorgauge.analyse.report import RunReport
+    from tensorgauge.analyse.run_report import RunReport
     from tensorgauge.store.bundle import import_bundle
 
     def analyse(b):

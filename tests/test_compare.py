@@ -1,7 +1,7 @@
 """compare on fakes: environment differences, result ratios, ranked explanations."""
 
 from tensorgauge.analyse.compare import Side, compare
-from tensorgauge.analyse.report import RunReport
+from tensorgauge.analyse.run_report import RunReport
 from tensorgauge.model import Event, RunRecord
 
 HOST = {"hostname": "a", "cpu_model": "EPYC", "cpu_flags": ["avx2", "fma"], "cores_allowed": 2.0,

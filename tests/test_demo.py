@@ -3,7 +3,7 @@
 import pytest
 from conftest import needs_tf
 
-from tensorgauge.analyse.report import RunReport
+from tensorgauge.analyse.run_report import RunReport
 from tensorgauge.cli import main
 from tensorgauge.store import Store
 

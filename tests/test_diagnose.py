@@ -126,7 +126,7 @@ def test_oversubscribed_job_for_real(store_path):
     import os
     import sys
 
-    from tensorgauge.analyse.report import RunReport
+    from tensorgauge.analyse.run_report import RunReport
     from tensorgauge.cli import main
     from tensorgauge.store import Store
 

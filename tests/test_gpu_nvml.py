@@ -63,7 +63,7 @@ def test_nvml_samples_a_gpu_job_phase_by_phase(store_path, tmp_path, capsys):
     shown = capsys.readouterr().out
     assert "GPU %" in shown and "GPU mem" in shown and GPUS[0] in shown
 
-    from tensorgauge.analyse.report import RunReport
+    from tensorgauge.analyse.run_report import RunReport
     from tensorgauge.render.charts import run_charts
 
     gpu_chart = run_charts(RunReport.load(store, doc["run_id"]))["gpu"]  # the report's GPU chart has the load

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from tensorgauge.analyse.compare import Side, compare
-from tensorgauge.analyse.report import RunReport
+from tensorgauge.analyse.run_report import RunReport
 from tensorgauge.checks import is_kind, payload_spec, record_spec
 from tensorgauge.cli import main
 from tensorgauge.hook.protocol import PAYLOADS

@@ -113,7 +113,7 @@ def test_report_of_an_unknown_run_is_one_line(store_path, capsys):
 def test_gpu_chart_renders(two_runs, tmp_path):
     """The GPU chart (utilisation over memory, device and job), from a recorded run given GPU readings:
     no GPU here, so NVML's readings are made up; the chart and the page are real."""
-    from tensorgauge.analyse.report import RunReport
+    from tensorgauge.analyse.run_report import RunReport
     from tensorgauge.model import GpuReading
     from tensorgauge.render.html import run_page
     from tensorgauge.store import Store

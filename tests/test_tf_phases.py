@@ -10,7 +10,7 @@ import pytest
 from conftest import needs_tf
 
 from tensorgauge.analyse.account import shutdown
-from tensorgauge.analyse.report import RunReport
+from tensorgauge.analyse.run_report import RunReport
 from tensorgauge.store import Store
 
 pytestmark = [needs_tf, pytest.mark.tf]

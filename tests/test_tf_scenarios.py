@@ -11,7 +11,7 @@ import pytest
 from conftest import needs_tf
 
 from tensorgauge.analyse.findings import PERFORMANCE_IDS
-from tensorgauge.analyse.report import RunReport
+from tensorgauge.analyse.run_report import RunReport
 from tensorgauge.cli import main
 from tensorgauge.store import Store
 

@@ -52,7 +52,7 @@ def make_budget(options: RecordOptions):
 
 def record(command: list[str], options: RecordOptions) -> tuple[int, str]:
     """Run ``command`` under the monitor; print where it went; return (the job's exit code, run id)."""
-    from tensorgauge.analyse.report import RunReport
+    from tensorgauge.analyse.run_report import RunReport
     from tensorgauge.monitoring.runner import resolve_command, run
 
     resolve_command(command)  # before the store: a typo should not create anything

@@ -56,7 +56,7 @@ def write_json(document: dict[str, Any], destination: str) -> None:
 def load_side(store_location: str | None, ref: str) -> Side:
     """A run (id, prefix, name) from the store, or a bundle file, analysed for a comparison."""
     from tensorgauge.analyse.compare import Side
-    from tensorgauge.analyse.report import RunReport
+    from tensorgauge.analyse.run_report import RunReport
     from tensorgauge.store.bundle import BundleError, read
 
     if Path(ref).is_file():

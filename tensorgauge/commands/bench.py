@@ -15,7 +15,7 @@ SUITE = "tensorgauge.bench.suite"
 
 def run_bench(store, quick: bool = False, name: str | None = None):
     """Run the suite under the monitor; returns the RunReport of the stored run."""
-    from tensorgauge.analyse.report import RunReport
+    from tensorgauge.analyse.run_report import RunReport
     from tensorgauge.monitoring.runner import run
 
     if importlib.util.find_spec("tensorflow") is None:

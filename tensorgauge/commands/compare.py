@@ -26,7 +26,7 @@ def compare(store: str | None, a: str | None, b: str | None, json_path: str | No
 
 
 def _compare_job(store: str | None, job: str, json_path: str | None) -> int:
-    from tensorgauge.analyse.report import RunReport
+    from tensorgauge.analyse.run_report import RunReport
     from tensorgauge.analyse.straggler import straggler, worker_row
     from tensorgauge.render.compare import render_job
 

@@ -11,7 +11,7 @@ from tensorgauge.errors import TensorgaugeError
 
 
 def demo(store: str | None, scenario: str = "default", json_path: str | None = None) -> int:
-    from tensorgauge.analyse.report import RunReport
+    from tensorgauge.analyse.run_report import RunReport
     from tensorgauge.render.terminal import render_run
     from tensorgauge.scenarios import SCENARIOS
 

@@ -6,7 +6,7 @@ from tensorgauge.commands._shared import console, open_store, write_json
 
 
 def show(store: str | None, ref: str, json_path: str | None = None) -> int:
-    from tensorgauge.analyse.report import RunReport
+    from tensorgauge.analyse.run_report import RunReport
     from tensorgauge.render.terminal import render_run
 
     report = RunReport.load(open_store(store, create=False), ref)

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from tensorgauge.analyse.account import account
-from tensorgauge.analyse.report import RunReport
+from tensorgauge.analyse.run_report import RunReport
 from tensorgauge.model import Phase, RunRecord
 from tensorgauge.render.phase_columns import phase_columns
 from tensorgauge.units import format_bytes, format_seconds
