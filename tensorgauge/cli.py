@@ -199,7 +199,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return _dispatch(args)
     except TensorgaugeError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
+        from tensorgauge.render.text import plain
+
+        print(f"{PROG}: {plain(exc)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)

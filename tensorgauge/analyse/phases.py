@@ -82,11 +82,13 @@ def build_phases(events: list[Event], samples: list[Sample], end: float | None =
             phase.cpu_seconds = max(0.0, cpu_at(samples, times, phase.end) - cpu_at(samples, times, phase.start))
         _sample_figures(phase, samples, times)
 
+    # A phase's steps: its own and its epochs' (one pass over the phases: linear in their number).
+    steps_of = {index: list(seconds) for index, seconds in step_seconds.items()}
+    for child_index, child in enumerate(phases):
+        if child.kind == "epoch" and child.parent is not None and child_index in step_seconds:
+            steps_of.setdefault(child.parent, []).extend(step_seconds[child_index])
     for index, phase in enumerate(phases):
-        own = list(step_seconds.get(index, []))
-        for child_index, child in enumerate(phases):
-            if child.parent == index and child.kind == "epoch":
-                own.extend(step_seconds.get(child_index, []))
+        own = steps_of.get(index)
         if own:
             own.sort()
             phase.steps = len(own)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tensorgauge.commands._shared import open_store
+from tensorgauge.render.text import plain
 
 
 def export(store: str | None, ref: str, output: str) -> int:
@@ -10,5 +11,5 @@ def export(store: str | None, ref: str, output: str) -> int:
 
     bundle = export_run(open_store(store, create=False), ref)
     bundle.write(output)
-    print(f"exported {bundle.record.run_id} to {output}")
+    print(f"exported {bundle.record.run_id} to {plain(output)}")
     return 0

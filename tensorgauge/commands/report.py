@@ -6,6 +6,7 @@ import gc
 
 from tensorgauge.commands._shared import load_side, write_text
 from tensorgauge.errors import TensorgaugeError
+from tensorgauge.render.text import plain
 
 
 def report(store: str | None, refs: list[str], output: str) -> int:
@@ -23,5 +24,5 @@ def report(store: str | None, refs: list[str], output: str) -> int:
         page = comparison_page(sides[0], sides[1], compare(*sides))
     write_text(page, output)
     if output != "-":
-        print(f"report: {output}")
+        print(f"report: {plain(output)}")
     return 0

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from rich.console import Console, Group
 from rich.live import Live
-from rich.markup import escape
 from rich.table import Table
 
 from tensorgauge.live.state import LiveState
+from tensorgauge.render.text import safe
 from tensorgauge.units import format_bytes, format_seconds
 
 BAR_WIDTH = 30
@@ -57,7 +57,7 @@ class LiveView:
         for g in s.gpus:
             table.add_row(f"GPU {g.index}", f"{_bar((g.util_percent or 0) / 100)} {g.util_percent or 0:.0f}% · "
                                             f"{format_bytes(g.memory_used_bytes)} of {format_bytes(g.memory_total_bytes)}")
-        table.add_row("phase", escape(self.state.phase_path) or "[dim]outside any phase[/dim]")
+        table.add_row("phase", safe(self.state.phase_path) or "[dim]outside any phase[/dim]")
         if self.state.steps_total:
             last = format_seconds(self.state.last_step_seconds)
             table.add_row("steps", f"{self.state.steps_total} · {self.state.step_rate:.1f}/s · last {last}")

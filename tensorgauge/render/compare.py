@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from tensorgauge.analyse.compare import SIGNIFICANT, format_slowdown, format_value
+from tensorgauge.render.text import safe
 from tensorgauge.units import format_bytes, format_seconds
 
 
@@ -35,7 +35,7 @@ def render_env(console: Console, env: dict) -> None:
     table.add_column(style="bold")
     table.add_column()
     for key, value in flatten("host", env.get("host") or {}) + flatten("job", env.get("job") or {}):
-        table.add_row(escape(key), escape(value))
+        table.add_row(safe(key), safe(value))
     console.print(table)
 
 
@@ -45,7 +45,7 @@ def render_bench(console: Console, results: dict[str, dict], run_id: str) -> Non
     for column in ("benchmark", "result", "time", "cores busy", "RSS peak"):
         table.add_column(column, justify="left" if column == "benchmark" else "right")
     for name, r in results.items():
-        table.add_row(escape(name), f"{r['value']:,.1f} {escape(str(r['unit']))}", format_seconds(r.get("seconds")),
+        table.add_row(safe(name), f"{r['value']:,.1f} {safe(str(r['unit']))}", format_seconds(r.get("seconds")),
                       f"{r['cores_busy_mean']:.2f}" if r.get("cores_busy_mean") is not None else "-",
                       format_bytes(r.get("rss_peak_bytes")) if r.get("rss_peak_bytes") else "-")
     console.print(table)
@@ -61,21 +61,21 @@ def _ratio(slowdown: float) -> str:
 
 
 def _number(value, unit: str) -> str:
-    return format_seconds(value) if unit == "s" else f"{value:,.1f} {escape(unit)}"
+    return format_seconds(value) if unit == "s" else f"{value:,.1f} {safe(unit)}"
 
 
 def render_compare(console: Console, comparison) -> None:
     doc = comparison.to_dict()
     a, b = doc["a"], doc["b"]
-    console.print(f"[bold]A[/bold] {escape(a['label'])} ({a['run_id']}, {escape(str(a['hostname']))})   "
-                  f"[bold]B[/bold] {escape(b['label'])} ({b['run_id']}, {escape(str(b['hostname']))})")
+    console.print(f"[bold]A[/bold] {safe(a['label'])} ({a['run_id']}, {safe(str(a['hostname']))})   "
+                  f"[bold]B[/bold] {safe(b['label'])} ({b['run_id']}, {safe(str(b['hostname']))})")
     if doc["environment"]:
         table = Table(box=None, header_style="bold", title="Environment differences", title_justify="left",
                       title_style="bold")
         for column in ("what", "A", "B"):
             table.add_column(column)
         for d in doc["environment"]:
-            table.add_row(escape(d["label"]), escape(format_value(d["a"])), escape(format_value(d["b"])))
+            table.add_row(safe(d["label"]), safe(format_value(d["a"])), safe(format_value(d["b"])))
         console.print(table)
     else:
         console.print("The environments match: differences below are the job's own, or noise.")
@@ -85,17 +85,17 @@ def render_compare(console: Console, comparison) -> None:
         for column in ("", "A", "B", "B is"):
             table.add_column(column, justify="left" if not column else "right")
         for r in doc["results"]:
-            table.add_row(escape(r["name"]), _number(r["a"], r["unit"]), _number(r["b"], r["unit"]),
+            table.add_row(safe(r["name"]), _number(r["a"], r["unit"]), _number(r["b"], r["unit"]),
                           _ratio(r["slowdown"]))
         console.print(table)
     explanations = [e for e in doc["explanations"] if e["affected"]]
     if explanations:
         console.print("[bold]Why, most likely first[/bold]")
         for i, e in enumerate(explanations, 1):
-            console.print(f" {i}. {escape(e['text'])}")
+            console.print(f" {i}. {safe(e['text'])}")
     quiet = [e["label"] for e in doc["explanations"] if not e["affected"]]
     if quiet:
-        console.print(f"Differences with no measured effect here: {escape(', '.join(quiet))}.")
+        console.print(f"Differences with no measured effect here: {safe(', '.join(quiet))}.")
     if doc["unexplained"]:
         names = ", ".join(f"{r['name']} ({_ratio(r['slowdown'])})" for r in doc["unexplained"][:8])
         console.print(f"Changed with no recorded environment difference (noise, load, or the job itself): {names}")
@@ -104,18 +104,18 @@ def render_compare(console: Console, comparison) -> None:
 
 def render_job(console: Console, job: str, rows, finding) -> None:
     """``compare --job``: one line per worker, then the straggler."""
-    table = Table(box=None, header_style="bold", title=f"Job {escape(job)}", title_justify="left", title_style="bold")
+    table = Table(box=None, header_style="bold", title=f"Job {safe(job)}", title_justify="left", title_style="bold")
     for column in ("worker", "host", "run", "fit", "steps", "step p50", "cores", "input/step", "all-reduce/step"):
         table.add_column(column, justify="left" if column in ("worker", "host", "run") else "right")
     for w in rows:
-        table.add_row(escape(w.worker), escape(str(w.hostname)), w.run_id, format_seconds(w.fit_seconds),
+        table.add_row(safe(w.worker), safe(str(w.hostname)), w.run_id, format_seconds(w.fit_seconds),
                       str(w.steps or "-"), format_seconds(w.step_seconds_p50),
                       f"{w.cores_busy_mean:.2f}" if w.cores_busy_mean is not None else "-",
                       format_seconds(w.input_work_seconds_per_step), format_seconds(w.allreduce_seconds_per_step))
     console.print(table)
     if finding is not None:
-        console.print(f"[bold]{finding.severity}[/bold] {escape(finding.title)}  ({finding.id})")
-        console.print(f"  fix: {escape(finding.fix)}")
+        console.print(f"[bold]{finding.severity}[/bold] {safe(finding.title)}  ({finding.id})")
+        console.print(f"  fix: {safe(finding.fix)}")
     elif any(w.allreduce_seconds_per_step is None for w in rows):
         console.print("Run every worker with --diagnose to measure who waits for whom (all-reduce time per step).")
     else:

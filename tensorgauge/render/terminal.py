@@ -5,13 +5,13 @@ from __future__ import annotations
 import shlex
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from tensorgauge.analyse.account import account
 from tensorgauge.analyse.run_report import RunReport
 from tensorgauge.model import Phase, RunRecord
 from tensorgauge.render.phase_columns import phase_columns
+from tensorgauge.render.text import safe
 from tensorgauge.units import format_bytes, format_seconds
 
 
@@ -37,16 +37,20 @@ def render_runs(console: Console, records: list[RunRecord], peaks: dict[str, tup
         console.print("No runs recorded yet. Record one with: tensorgauge run -- python train.py")
         return
     table = Table(box=None, header_style="bold")
+    # Ids are shown whole (a run is named by them); a long name or command is cut instead.
+    id_width = max(len(r.run_id) for r in records)
     for column in ("id", "name", "command", "started", "wall", "exit", "peak RSS", "cores"):
         table.add_column(column, justify="right" if column in ("wall", "peak RSS", "cores") else "left",
-                         no_wrap=True, overflow="ellipsis" if column in ("name", "command") else "fold")
+                         no_wrap=True, overflow="ellipsis" if column in ("name", "command") else "fold",
+                         min_width=id_width if column == "id" else None,
+                         max_width=24 if column == "name" else None)
     for r in records:
         peak, _ = peaks.get(r.run_id, (None, 0))
         peak = max(peak or 0, r.rss_max_bytes or 0) or None
         cores = (r.cpu_seconds_total / r.wall_seconds
                  if r.cpu_seconds_total is not None and r.wall_seconds else None)
-        table.add_row(r.run_id, escape(r.name or ""), escape(command_text(r.command, 30)),
-                      r.started_at[5:16].replace("T", " "), format_seconds(r.wall_seconds), outcome(r),
+        table.add_row(safe(r.run_id), safe(r.name or ""), safe(command_text(r.command, 30)),
+                      safe(r.started_at[5:16].replace("T", " ")), format_seconds(r.wall_seconds), outcome(r),
                       format_bytes(peak), f"{cores:.2f}" if cores is not None else "-")
     console.print(table)
 
@@ -68,7 +72,7 @@ def phase_table(phases: list[Phase], wall_seconds: float, max_rows: int = 60) ->
         if shown >= max_rows:
             table.add_row(f"… {len(phases) - shown} more (tensorgauge show RUN --json)", *[""] * len(columns))
             break
-        name = "  " * depth + escape(phase.name) + ("" if phase.complete else " [red](cut)[/red]")
+        name = "  " * depth + safe(phase.name) + ("" if phase.complete else " [red](cut)[/red]")
         table.add_row(name, *(cell(phase) for _, cell in columns))
     return table
 
@@ -79,7 +83,7 @@ def gpu_budget_note(budget: dict) -> str:
     if applied is None:
         note = " (not applied: the job did not import TensorFlow)"
     elif applied.get("error"):
-        note = f" (not applied: {escape(str(applied['error']))})"
+        note = f" (not applied: {safe(str(applied['error']))})"
     elif applied.get("gpus") == 0:
         note = " (no GPU visible to TensorFlow: nothing to limit)"
     else:
@@ -103,20 +107,20 @@ def render_budget(console: Console, budget: dict) -> None:
     if budget.get("max_gpu_memory_bytes"):
         parts.append(f"GPU memory {format_bytes(budget['max_gpu_memory_bytes'])}{gpu_budget_note(budget)}")
     enforced = ", ".join(budget.get("enforced_by") or []) or "nothing (no limit could apply)"
-    console.print(f"  budget   {', '.join(parts)}; enforced by {escape(enforced)}")
+    console.print(f"  budget   {', '.join(parts)}; enforced by {safe(enforced)}")
     if budget.get("stopped"):
-        console.print(f"  [yellow]stopped: {escape(str(budget.get('reason')))}[/yellow]")
+        console.print(f"  [yellow]stopped: {safe(str(budget.get('reason')))}[/yellow]")
         if budget.get("checkpoint"):
-            console.print(f"  checkpoint {escape(budget['checkpoint'])}: run the same command again to resume")
+            console.print(f"  checkpoint {safe(budget['checkpoint'])}: run the same command again to resume")
 
 
 def render_run(console: Console, report: RunReport) -> None:
     r, s = report.record, report.summary
     wall = r.wall_seconds if r.wall_seconds is not None else (report.samples[-1].t if report.samples else 0.0)
-    title = f"[bold]{r.run_id}[/bold]" + (f"  {escape(r.name)}" if r.name else "")
+    title = f"[bold]{safe(r.run_id)}[/bold]" + (f"  {safe(r.name)}" if r.name else "")
     console.print(title)
-    console.print(f"  command  {escape(command_text(r.command))}")
-    console.print(f"  started  {r.started_at}   wall {format_seconds(wall)}   {outcome(r)}")
+    console.print(f"  command  {safe(command_text(r.command))}")
+    console.print(f"  started  {safe(r.started_at)}   wall {format_seconds(wall)}   {outcome(r)}")
     if not r.complete:
         console.print("  [yellow]incomplete: the monitor stopped before the job ended; "
                       "figures cover what was recorded[/yellow]")
@@ -126,7 +130,7 @@ def render_run(console: Console, report: RunReport) -> None:
     console.print(f"  memory   RSS peak {format_bytes(s.rss_peak_bytes)}{uss}   threads peak {s.threads_peak}"
                   f"   processes peak {s.processes_peak}   samples {s.samples}")
     for gpu in s.gpu:
-        console.print(f"  GPU {gpu['index']}    {escape(str(gpu.get('name') or ''))} util mean "
+        console.print(f"  GPU {gpu['index']}    {safe(str(gpu.get('name') or ''))} util mean "
                       f"{gpu.get('util_percent_mean')}% peak {gpu.get('util_percent_peak')}%, memory peak "
                       f"{format_bytes(gpu.get('memory_used_peak_bytes'))} of "
                       f"{format_bytes(gpu.get('memory_total_bytes'))}"
@@ -143,14 +147,14 @@ def render_run(console: Console, report: RunReport) -> None:
         colours = {"high": "red", "moderate": "yellow", "low": "cyan", "info": "dim"}
         for finding in report.findings:
             colour = colours.get(finding.severity, "white")
-            console.print(f"  [{colour}]{finding.severity}[/{colour}] {escape(finding.title)}  [dim]({finding.id})[/dim]")
-            console.print(f"    fix: {escape(finding.fix)}")
+            console.print(f"  [{colour}]{finding.severity}[/{colour}] {safe(finding.title)}  [dim]({finding.id})[/dim]")
+            console.print(f"    fix: {safe(finding.fix)}")
             if finding.expected_gain:
-                console.print(f"    expected gain: {escape(finding.expected_gain)}")
+                console.print(f"    expected gain: {safe(finding.expected_gain)}")
     console.print()
     cores_allowed = (r.env.get("host") or {}).get("cores_allowed")
     for line in account(report.phases, s, wall, cores_allowed, report.events):
-        console.print(f"• {escape(line)}")
+        console.print(f"• {safe(line)}")
 
 
 def render_trials(console: Console, result) -> None:
@@ -167,25 +171,25 @@ def render_trials(console: Console, result) -> None:
         if best is not None and trial is best and (trial.speedup or 0) > 1.05:
             speedup = f"[green]{speedup}[/green]"
         reached = {True: "yes", False: "no", None: "-"}[trial.reaches_limit]
-        table.add_row(trial.fixes, escape(trial.what), format_seconds(trial.step_seconds_median), speedup,
+        table.add_row(trial.fixes, safe(trial.what), format_seconds(trial.step_seconds_median), speedup,
                       reached, trial.run_id)
     console.print(table)
     if limit:
         console.print(f"Compute-only limit: {format_seconds(limit)} a step (the train step on one cached batch, "
                       "no input work).")
     for fix, why in result.not_tried.items():
-        console.print(f"Not tried: {fix}, because {escape(why)}.")
+        console.print(f"Not tried: {fix}, because {safe(why)}.")
     if len(trials) == 1:
         console.print("No fix applies without code edits: fit does not get a tf.data.Dataset, runs compiled, "
                       "and TensorFlow may use every CPU allowed.")
         return
     if best is not None and best.speedup > 1.05:
-        console.print(f"Best: {best.fixes}, {best.speedup:.2f}x faster steps ({escape(best.what)}).")
+        console.print(f"Best: {best.fixes}, {best.speedup:.2f}x faster steps ({safe(best.what)}).")
     else:
         console.print("None of the fixes made steps faster by more than 5%.")
     for trial in trials:
         if trial.caveat:
-            console.print(f"Note on {trial.fixes}: {escape(trial.caveat)}.")
+            console.print(f"Note on {trial.fixes}: {safe(trial.caveat)}.")
     if limit and not any(t.reaches_limit for t in trials):
         if best is not None and best.fixes == "cache":
             console.print(f"No fix reaches the limit; cache comes closest ({format_seconds(best.step_seconds_median)} "
@@ -201,10 +205,10 @@ VARIABLES_SHOWN = 20
 
 def render_devices(console: Console, result: dict) -> None:
     """``tensorgauge devices``: weights per device, the variables, op placement, findings."""
-    console.print(f"[bold]{escape(str(result['path']))}[/bold]  ({result['format']}, TensorFlow "
-                  f"{result['tensorflow_version']}; devices: {escape(', '.join(result['devices']))})")
+    console.print(f"[bold]{safe(str(result['path']))}[/bold]  ({result['format']}, TensorFlow "
+                  f"{result['tensorflow_version']}; devices: {safe(', '.join(result['devices']))})")
     if result.get("load_device"):
-        console.print(f"  loaded under tf.device('{escape(result['load_device'])}')")
+        console.print(f"  loaded under tf.device('{safe(result['load_device'])}')")
     table = Table(box=None, header_style="bold", title="Weights", title_justify="left", title_style="bold")
     for column in ("device", "variables", "bytes"):
         table.add_column(column, justify="left" if column == "device" else "right")
@@ -216,7 +220,7 @@ def render_devices(console: Console, result: dict) -> None:
         variables.add_column(column, justify="right" if column == "bytes" else "left")
     shown = result["variables"][:VARIABLES_SHOWN]
     for v in shown:
-        variables.add_row(escape(v["name"]), "x".join(map(str, v["shape"])) or "scalar", v["dtype"],
+        variables.add_row(safe(v["name"]), "x".join(map(str, v["shape"])) or "scalar", v["dtype"],
                           format_bytes(v["bytes"]), v["device"])
     console.print(variables)
     if len(result["variables"]) > len(shown):
@@ -225,11 +229,11 @@ def render_devices(console: Console, result: dict) -> None:
     console.print(f"\n[bold]Ops of one call[/bold] on zeros of shape {shapes}:")
     for device, count in sorted(result["ops_by_device"].items()):
         top = ", ".join(f"{o['type']} {format_seconds(o['seconds'])}" for o in result["top_ops_by_device"].get(device, []))
-        console.print(f"  {device}: {count} ops" + (f"; by time: {escape(top)}" if top else ""))
+        console.print(f"  {device}: {count} ops" + (f"; by time: {safe(top)}" if top else ""))
     if result["cpu_fallback_ops"]:
-        console.print(f"  without a GPU kernel (on the CPU): {escape(', '.join(result['cpu_fallback_ops']))}")
+        console.print(f"  without a GPU kernel (on the CPU): {safe(', '.join(result['cpu_fallback_ops']))}")
     if result.get("note"):
         console.print(f"\n{result['note']}")
     for f in result["findings"]:
-        console.print(f"\n  [bold]{f['severity']}[/bold] {escape(f['title'])}  ({f['id']})")
-        console.print(f"    fix: {escape(f['fix'])}")
+        console.print(f"\n  [bold]{f['severity']}[/bold] {safe(f['title'])}  ({f['id']})")
+        console.print(f"    fix: {safe(f['fix'])}")

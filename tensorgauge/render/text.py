@@ -1,0 +1,21 @@
+"""Text from outside (a job, a bundle, the command line) made safe to print: never
+terminal control, never rich markup."""
+
+from __future__ import annotations
+
+import re
+
+from rich.markup import escape
+
+# C0 controls but tab and newline, DEL, and C1 controls (0x9b is a CSI on some terminals).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def plain(value: object) -> str:
+    """``value`` as text with every control character shown as ``\\xNN``."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value))
+
+
+def safe(value: object) -> str:
+    """``value`` for a rich console: control characters shown, markup escaped."""
+    return escape(plain(value))
