@@ -32,6 +32,7 @@ def events(tmp_path):
     from tensorgauge.hook.channel import Channel, EventReader, set_channel
 
     path = str(tmp_path / "events.jsonl")
+    open(path, "w").close()  # as the monitor does: the hook never creates it
     old = set_channel(Channel(path))
     yield EventReader(path).read_new
     set_channel(old)

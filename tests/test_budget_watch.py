@@ -93,3 +93,33 @@ def test_a_gpu_budget_nothing_could_apply_says_so(tmp_path):
     render_budget(console, result)
     text = console.export_text()
     assert "no GPU visible to TensorFlow: nothing to limit" in text and "enforced by nothing" in text
+
+
+def test_the_stop_request_never_follows_a_planted_link(tmp_path):
+    """Even handed a path where a link was planted, the monitor creates its own file or nothing."""
+    precious = tmp_path / "precious"
+    precious.write_text("keep me")
+    precious.chmod(0o600)
+    (tmp_path / "stop").symlink_to(precious)
+    watch = BudgetWatch(Budget(max_memory_bytes=1000 * MIB), str(tmp_path / "stop"), None)
+    watch.check(sample(1.0, 950 * MIB), lambda: None)
+    assert precious.read_text() == "keep me" and watch.stop_requested_at == 1.0
+
+
+def test_a_runs_files_live_in_a_private_folder_and_go_with_it(tmp_path):
+    import os
+    import stat
+
+    from tensorgauge.monitoring.run_files import RunFiles
+
+    files = RunFiles("r")
+    folder = os.lstat(files.directory)
+    assert stat.S_IMODE(folder.st_mode) == 0o700 and folder.st_uid == os.getuid()
+    assert stat.S_IMODE(os.lstat(files.events_path).st_mode) == 0o600
+    files.remove()
+    assert not os.path.exists(files.directory)
+    from tensorgauge.hook.channel import Channel
+
+    late = Channel(files.events_path)  # a process that outlived the run
+    late.emit("exit")
+    assert late.broken and not os.path.exists(files.events_path)

@@ -7,6 +7,7 @@ from tensorgauge.hook.channel import Channel, EventReader
 
 def test_events_round_trip_with_cpu_and_rss(tmp_path):
     path = str(tmp_path / "events.jsonl")
+    open(path, "w").close()  # the monitor makes the file; the hook only appends to it
     channel = Channel(path)
     channel.emit("phase_begin", id=1, name="fit")
     events = EventReader(path).read_new()
@@ -36,6 +37,7 @@ def test_no_path_or_unwritable_path_is_silent(tmp_path):
 
 def test_many_processes_append_without_interleaving(tmp_path):
     path = str(tmp_path / "events.jsonl")
+    open(path, "w").close()
     code = ("import sys; from tensorgauge.hook.channel import Channel; c = Channel(sys.argv[1]);\n"
             "[c.emit('steps', seconds=[0.001] * 200, ends=[1.0] * 200) for _ in range(200)]")
     procs = [subprocess.Popen([sys.executable, "-c", code, path]) for _ in range(4)]

@@ -42,13 +42,29 @@ def test_gpu_memory_limit_too_late_or_without_gpu_is_reported(events, monkeypatc
     assert events() == []  # no budget, nothing touched
 
 
-def test_stop_request_is_a_file(tmp_path, monkeypatch):
-    stop = tmp_path / "stop"
+def test_stop_request_is_a_file_in_the_monitors_private_folder(tmp_path, monkeypatch):
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    stop = private / "stop"
     monkeypatch.setenv(budget.STOP_FILE_ENV, str(stop))
     assert not budget.stop_requested()
     stop.write_text("")
     assert budget.stop_requested()
     monkeypatch.delenv(budget.STOP_FILE_ENV)
+    assert not budget.stop_requested()
+
+
+def test_a_stop_file_anyone_could_have_made_is_not_trusted(tmp_path, monkeypatch):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)  # like /tmp
+    (shared / "stop").write_text("")
+    monkeypatch.setenv(budget.STOP_FILE_ENV, str(shared / "stop"))
+    assert not budget.stop_requested()
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    (private / "stop").symlink_to(shared / "stop")  # a link, even in the right folder
+    monkeypatch.setenv(budget.STOP_FILE_ENV, str(private / "stop"))
     assert not budget.stop_requested()
 
 

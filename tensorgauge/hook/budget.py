@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import sys
 
 from tensorgauge.hook.channel import channel
@@ -32,8 +33,18 @@ state = _State()
 
 
 def stop_requested() -> bool:
+    """The monitor asked for a stop: a regular file of this user's, in a directory only
+    this user may enter (the monitor's private one). Anything else is not trusted."""
     path = os.environ.get(STOP_FILE_ENV)
-    return path is not None and path != "" and os.path.exists(path)
+    if not path:
+        return False
+    try:
+        stop, folder = os.lstat(path), os.lstat(os.path.dirname(path) or ".")
+    except OSError:
+        return False
+    uid = os.getuid()
+    return (stat.S_ISREG(stop.st_mode) and stop.st_uid == uid and stat.S_ISDIR(folder.st_mode)
+            and folder.st_uid == uid and folder.st_mode & 0o077 == 0)
 
 
 def _checkpoint_folder() -> str | None:

@@ -53,7 +53,9 @@ class Channel:
         if self._fd is None or self._pid != os.getpid():  # reopen after fork
             self._pid = os.getpid()
             try:
-                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                # Never O_CREAT: the monitor made the file in its private directory; once the run
+                # is over and the directory gone, a process that outlived it writes nowhere.
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
             except OSError:
                 self.broken = True
                 return None

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from tensorgauge.hook import budget as hook_budget
 from tensorgauge.model import Sample
 from tensorgauge.monitoring.limits import Budget, thread_pools
+from tensorgauge.monitoring.run_files import create_private
 from tensorgauge.sources.cgroup import JobCgroup, allowed_cpus
 
 
@@ -78,11 +79,7 @@ class BudgetWatch:
             self.stop_requested_at = sample.t
             self.reason = (f"memory reached {sample.rss_bytes / limit:.0%} of the budget at {sample.t:.1f} s: "
                            "asked the job to checkpoint and stop")
-            try:
-                with open(self.stop_file, "w") as f:
-                    f.write(f"{sample.t}\n")
-            except OSError:
-                pass
+            create_private(self.stop_file, f"{sample.t}\n")
         if sample.rss_bytes > limit and self.killed_at is None:
             self.killed_at = sample.t
             self.reason = f"memory passed the budget at {sample.t:.1f} s: the job was killed"

@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import sys
-import tempfile
 import threading
 import warnings
 
@@ -22,6 +21,7 @@ from tensorgauge.hook.channel import Channel, EventReader, process_cpu_seconds, 
 from tensorgauge.model import RunRecord
 from tensorgauge.monitoring.monitor import Monitor, Sources
 from tensorgauge.monitoring.recorder import Recorder
+from tensorgauge.monitoring.run_files import RunFiles
 from tensorgauge.monitoring.runner import new_run_id
 from tensorgauge.monitoring.sampler import Sampler
 from tensorgauge.store import Store
@@ -40,13 +40,12 @@ class monitor:
 
     def __enter__(self) -> monitor:
         self._store = Store.open(self.store_path, threads=True)
-        fd, self._events_path = tempfile.mkstemp(prefix="tensorgauge-", suffix=".jsonl")
-        os.close(fd)
-        self._old_channel = set_channel(Channel(self._events_path))
+        self.run_id = new_run_id()
+        self._files = RunFiles(self.run_id)
+        self._old_channel = set_channel(Channel(self._files.events_path))
         clock = self.sources.clock
         self._t0 = clock.now()
         self._cpu0 = process_cpu_seconds()
-        self.run_id = new_run_id()
         self._record = RunRecord(
             run_id=self.run_id, name=self.name, command=[sys.executable, *sys.argv],
             started_at=dt.datetime.now().astimezone().isoformat(timespec="milliseconds"),
@@ -59,7 +58,7 @@ class monitor:
         self._monitor = Monitor(
             Sampler(tree, self.sources.system, self._gpus, clock, self._t0,
                     cpu_baseline=first.cpu_seconds if first else 0.0),
-            Recorder(self._store, self._record, self._t0, clock), EventReader(self._events_path),
+            Recorder(self._store, self._record, self._t0, clock), EventReader(self._files.events_path),
             interval_seconds=self.interval_seconds, report=self._warn)
         install_hook()
         self._thread = threading.Thread(target=self._monitor.run, args=(self._stop.wait,),
@@ -86,7 +85,4 @@ class monitor:
             self._store.close()
             self._gpus.close()
             set_channel(self._old_channel)
-            try:
-                os.unlink(self._events_path)
-            except OSError:
-                pass
+            self._files.remove()

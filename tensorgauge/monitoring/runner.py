@@ -15,7 +15,6 @@ import secrets
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from tensorgauge.monitoring.budget import BudgetWatch, kill_tree
 from tensorgauge.monitoring.limits import Budget
 from tensorgauge.monitoring.monitor import Monitor, Observer, Sources
 from tensorgauge.monitoring.recorder import Recorder
+from tensorgauge.monitoring.run_files import RunFiles
 from tensorgauge.monitoring.sampler import Sampler
 from tensorgauge.sources import cgroup
 from tensorgauge.sources.cluster import worker_identity
@@ -100,8 +100,8 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     sources = sources or Sources()
     clock = sources.clock
     run_id = new_run_id()
-    events_fd, events_path = tempfile.mkstemp(prefix=f"tensorgauge-{run_id}-", suffix=".jsonl")
-    os.close(events_fd)
+    files = RunFiles(run_id)
+    events_path = files.events_path
 
     watch = None
     env = job_environment(events_path, run_id, hook)
@@ -109,7 +109,7 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
         env[DIAGNOSE_ENV] = "1"
     env.update(extra_env or {})
     if budget is not None and not budget.empty:
-        watch = BudgetWatch(budget, events_path + ".stop", checkpoint_dir)
+        watch = BudgetWatch(budget, files.stop_path, checkpoint_dir)
         env.update(watch.environment())
 
     t0 = clock.now()
@@ -117,7 +117,7 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     try:
         child = subprocess.Popen(command, env=env)
     except OSError as exc:
-        os.unlink(events_path)
+        files.remove()
         raise TensorgaugeError(f"cannot start {command[0]}: {exc.strerror}") from None
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WAKE_SIGNALS)
     tree, group = sources.watch_tree(child.pid, run_id, not os.environ.get(NO_CGROUP_ENV))
@@ -160,11 +160,7 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
         group_cpu = (group.cpu_seconds() or 0.0) + getattr(tree, "cpu_before_seconds", 0.0) if group else 0.0
         if group:
             group.remove()  # fails, harmlessly, while a daemon the job left behind lives on
-        for path in (events_path, events_path + ".stop"):
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+        files.remove()
 
     status, rusage = ended.status, ended.rusage
     assert status is not None  # reaped above
