@@ -43,7 +43,8 @@ def _dispatch(args: argparse.Namespace) -> int:
                                 hook=not args.no_hook, diagnose=args.diagnose, max_memory=args.max_memory,
                                 max_cpus=args.max_cpus, max_gpu_memory=args.max_gpu_memory,
                                 checkpoint=args.checkpoint, job=args.job, live=args.live,
-                                tensorboard=args.tensorboard, prometheus=args.prometheus, quiet=args.quiet)
+                                tensorboard=args.tensorboard, prometheus=args.prometheus, quiet=args.quiet,
+                                keep_job_on_failure=args.keep_job_on_failure)
         return module.run(list(args.command), options, try_fixes=args.try_fixes)
     calls = {
         "runs": lambda: module.runs(args.store),
@@ -102,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prometheus", metavar="[HOST:]PORT",
                    help="serve live metrics for Prometheus on HOST:PORT (default host 127.0.0.1), e.g. 9464")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing of tensorgauge's own")
+    p.add_argument("--keep-job-on-failure", action="store_true",
+                   help="if tensorgauge itself fails or is killed, leave the job running unmonitored (by default "
+                        "the job's whole process tree is stopped with it)")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
     p.set_defaults(verb="run")
 

@@ -132,10 +132,15 @@ class RunRecord:
     env: dict[str, Any] = declared("object", source="fingerprint: ENV_PARTS", default_factory=dict)
     budget: dict[str, Any] | None = declared("object?", source="BUDGET_FIELDS", default=None)
     cpu_seconds_total: float | None = declared("number?", "s", "exact, from the kernel at exit", default=None)
-    rss_max_bytes: int | None = declared("int?", "bytes", "the kernel's peak RSS of the largest process (ru_maxrss)",
+    rss_max_bytes: int | None = declared("int?", "bytes", "ru_maxrss of the largest waited-for process; the fork "
+                                         "carries the monitor's memory until exec, so it is no RSS peak of the job",
                                          default=None)
     samples_taken: int | None = declared("int?", "samples", "the monitor: the store should hold as many",
                                          default=None)
+    samples_lost: int | None = declared("int?", "samples", "taken but never stored (the store failed)",
+                                        default=None)
+    recording_error: str | None = declared("text?", source="why recording stopped early or lost data",
+                                           default=None)
     job_id: str | None = declared("text?", source="runs of one distributed job share it (sources.cluster)",
                                   default=None)
 

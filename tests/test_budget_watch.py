@@ -34,7 +34,7 @@ def test_graceful_result_and_environment(tmp_path):
     assert env["TENSORGAUGE_CHECKPOINT_DIR"] == "/ckpt" and env["TF_NUM_INTRAOP_THREADS"] == "1"
     assert env["TENSORGAUGE_GPU_MEMORY_LIMIT"] == str(2 * MIB) and env["TENSORGAUGE_STOP_FILE"].endswith("stop")
     watch.check(sample(2.0, 950 * MIB), lambda: None)
-    result = watch.result(None, 75, False, "/ckpt")
+    result = watch.result(None, 75, False, "/ckpt", hook_stopped=True)
     assert result["stopped"] and result["graceful"] and result["checkpoint"] == "/ckpt"
     assert "90%" in result["reason"] or "95%" in result["reason"]
     assert watch.result(None, 0, False, None)["stopped"] is False
@@ -123,3 +123,18 @@ def test_a_runs_files_live_in_a_private_folder_and_go_with_it(tmp_path):
     late = Channel(files.events_path)  # a process that outlived the run
     late.emit("exit")
     assert late.broken and not os.path.exists(files.events_path)
+
+
+def test_exit_75_alone_or_a_kill_is_no_resumable_budget_stop(tmp_path):
+    """The job's own exit 75 is not the budget's; a failed checkpoint or a kill leaves nothing to resume."""
+    own = BudgetWatch(Budget(max_memory_bytes=1000 * MIB), str(tmp_path / "a"), "/ckpt")
+    own.check(sample(1.0, 100 * MIB), lambda: None)
+    assert own.result(None, 75, False, "/ckpt")["stopped"] is False
+    asked = BudgetWatch(Budget(max_memory_bytes=1000 * MIB), str(tmp_path / "b"), "/ckpt")
+    asked.check(sample(1.0, 950 * MIB), lambda: None)
+    failed = asked.result(None, 75, False, None, hook_stopped=True)  # the checkpoint could not be written
+    assert failed["stopped"] and failed["checkpoint"] is None
+    killed = BudgetWatch(Budget(max_memory_bytes=1000 * MIB), str(tmp_path / "c"), "/ckpt")
+    killed.check(sample(1.0, 1200 * MIB), lambda: None)
+    result = killed.result(9, None, False, "/ckpt")
+    assert result["stopped"] and not result["graceful"] and result["checkpoint"] is None

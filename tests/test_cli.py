@@ -155,9 +155,12 @@ def test_a_failing_store_stops_recording_not_the_job(store_path, capsys, monkeyp
     monkeypatch.setattr(RealStore, "add", full_disk)
     assert main(["run", "--", PY, "-c", "import time, sys; time.sleep(0.3); sys.exit(4)"]) == 4
     err = capsys.readouterr().err
-    assert "warning: recording stopped" in err and "disk is full" in err and "Traceback" not in err
+    assert "warning: the store" in err and "disk is full" in err and "Traceback" not in err
     record = RealStore.open(store_path).run("last")
     assert record.exit_code == 4 and record.complete
+    assert record.samples_lost == record.samples_taken > 0 and "disk is full" in record.recording_error
+    assert main(["show", "last"]) == 0
+    assert f"recording: 0 of {record.samples_taken} samples stored" in capsys.readouterr().out
 
 
 def test_env_fingerprint(capsys):

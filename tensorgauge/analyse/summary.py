@@ -14,8 +14,9 @@ def summarise(record: RunRecord, samples: list[Sample]) -> Summary:
     mean = cpu / wall if wall > 0 else 0.0
     busy = [s.cores_busy for s in samples if s.cores_busy is not None]
     uss = [s.uss_bytes for s in samples if s.uss_bytes is not None]
-    # Samples see the whole tree; the kernel's figure catches a peak between samples.
-    rss_peak = max([s.rss_bytes for s in samples] + [record.rss_max_bytes or 0])
+    # The job's own processes, as sampled. Not ru_maxrss: the forked child carries the
+    # monitor's memory until it execs (25 MiB for `sleep 1`).
+    rss_peak = max((s.rss_bytes for s in samples), default=0)
     return Summary(
         cpu_seconds=round(cpu, 4),
         cores_busy_mean=round(mean, 3),

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tensorgauge.commands._shared import console, open_store, write_json
+from tensorgauge.render.text import safe
 
 
 @dataclass
@@ -29,6 +30,7 @@ class RecordOptions:
     tensorboard: str | None = None
     prometheus: str | None = None
     quiet: bool = False
+    keep_job_on_failure: bool = False
 
 
 def default_checkpoint_dir(data_dir: Path, command: list[str]) -> Path:
@@ -48,6 +50,14 @@ def make_budget(options: RecordOptions):
 
     return checked_budget(options.max_memory, options.max_cpus, options.max_gpu_memory,
                           ram_bytes=psutil.virtual_memory().total, cores_allowed=cores_allowed())
+
+
+def _say(console, text: str, **kwargs) -> None:
+    """Print for the user; a closed or broken stderr must not stop the monitor (the job runs on)."""
+    try:
+        console.print(text, **kwargs)
+    except (OSError, ValueError):
+        pass
 
 
 def record(command: list[str], options: RecordOptions) -> tuple[int, str]:
@@ -80,12 +90,12 @@ def record(command: list[str], options: RecordOptions) -> tuple[int, str]:
 
     def started(run_record) -> None:
         if not options.quiet:
-            err.print(f"[dim]tensorgauge: recording run {run_record.run_id} every {options.interval_seconds:g} s "
-                      f"into {store.location}[/dim]")
+            _say(err, f"[dim]tensorgauge: recording run {run_record.run_id} every {options.interval_seconds:g} s "
+                      f"into {safe(store.location)}[/dim]")
         if exporter is not None:
             exporter.start(run_record)
             if not options.quiet:
-                err.print(f"[dim]tensorgauge: Prometheus metrics on http://{exporter.host}:{exporter.port}/metrics[/dim]")
+                _say(err, f"[dim]tensorgauge: Prometheus metrics on http://{exporter.host}:{exporter.port}/metrics[/dim]")
         if options.live and err.is_terminal:
             from tensorgauge.live.view import LiveView
 
@@ -96,7 +106,8 @@ def record(command: list[str], options: RecordOptions) -> tuple[int, str]:
         result = run(command, store, interval_seconds=options.interval_seconds, name=options.name,
                      hook=options.hook, on_start=started, budget=budget, checkpoint_dir=checkpoint_dir,
                      diagnose=options.diagnose, observers=observers, job=options.job,
-                     report=lambda line: err.print(f"tensorgauge: warning: {line}", markup=False))
+                     report=lambda line: _say(err, f"tensorgauge: warning: {line}", markup=False),
+                     keep_job_on_failure=options.keep_job_on_failure)
     finally:
         for observer in observers:
             observer.close()

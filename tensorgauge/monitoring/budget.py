@@ -86,11 +86,14 @@ class BudgetWatch:
             kill_tree()
 
     def result(self, exit_status_signal: int | None, exit_code: int | None, oom_killed: bool,
-               checkpoint: str | None, gpu_memory_limit: dict | None = None) -> dict:
-        """The run's ``budget`` record. ``gpu_memory_limit``: what the hook reported when it set
-        TensorFlow's GPU memory limit ({"gpus", "error"}; None: TensorFlow never started)."""
-        stopped = (exit_code == hook_budget.BUDGET_EXIT_CODE or self.killed_at is not None
-                   or (oom_killed and self._kernel_caps_memory))
+               checkpoint: str | None, gpu_memory_limit: dict | None = None, hook_stopped: bool = False) -> dict:
+        """The run's ``budget`` record. ``checkpoint``: the one the hook wrote (None if it failed);
+        ``gpu_memory_limit``: what the hook reported when it set TensorFlow's GPU memory limit
+        ({"gpus", "error"}; None: TensorFlow never started); ``hook_stopped``: the hook stopped
+        training because the monitor asked. Exit 75 alone is the job's own, not a budget stop."""
+        graceful = (exit_code == hook_budget.BUDGET_EXIT_CODE and hook_stopped
+                    and self.stop_requested_at is not None and self.killed_at is None)
+        stopped = graceful or self.killed_at is not None or (oom_killed and self._kernel_caps_memory)
         reason = self.reason
         if oom_killed and self._kernel_caps_memory and self.killed_at is None:
             reason = "the kernel killed the job at the cgroup memory limit before it could stop"
@@ -101,8 +104,9 @@ class BudgetWatch:
             if self.gpu_peak_bytes is not None:
                 enforced_by.append("NVML check of the job's GPU memory")
         return {**self.budget.to_dict(), "soft_memory_bytes": self.budget.soft_memory_bytes,
-                "stopped": stopped, "reason": reason if stopped else None, "checkpoint": checkpoint,
-                "graceful": exit_code == hook_budget.BUDGET_EXIT_CODE, "peak_bytes": self.peak_bytes,
+                "stopped": stopped, "reason": reason if stopped else None,
+                "checkpoint": checkpoint if graceful else None,  # resumable only after a graceful stop
+                "graceful": graceful, "peak_bytes": self.peak_bytes,
                 "peak_t": self.peak_t, "stop_requested_at": self.stop_requested_at,
                 "gpu_memory_peak_bytes": self.gpu_peak_bytes, "gpu_memory_limit": gpu_memory_limit,
                 "enforced_by": enforced_by}

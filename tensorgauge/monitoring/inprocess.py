@@ -39,7 +39,7 @@ class monitor:
         self._stop = threading.Event()
 
     def __enter__(self) -> monitor:
-        self._store = Store.open(self.store_path, threads=True)
+        self._store = Store.open(self.store_path)
         self.run_id = new_run_id()
         self._files = RunFiles(self.run_id)
         self._old_channel = set_channel(Channel(self._files.events_path))

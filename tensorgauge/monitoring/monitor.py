@@ -98,6 +98,7 @@ class Monitor:
         self.report = report or (lambda line: None)
         self.samples_taken = 0
         self.warning: str | None = None  # set when recording stopped early
+        self._store_failure_told = False
 
     def tick(self, force: bool = False) -> None:
         """One round; ``force``: the last one, after the job ended (commits, takes no sample)."""
@@ -106,6 +107,10 @@ class Monitor:
         if self.watch is not None and sample is not None and self.kill is not None:
             self.watch.check(sample, self.kill)
         events = self.recorder.add([sample] if sample else [], self.events.read_new(), force=force)
+        state = getattr(self.recorder.store, "state", None)  # a StoreWriter's: what the store lost
+        if state is not None and state.error and not self._store_failure_told:
+            self._store_failure_told = True
+            self.report(f"the store failed, samples are being lost: {state.error}")
         for observer in list(self.observers):
             try:
                 observer.observe(sample, events)

@@ -9,10 +9,11 @@ job's death loses nothing, a SIGKILL of the monitor at most that long.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from tensorgauge.checks import ValidationError, check_event_data, check_object
 from tensorgauge.hook.protocol import Kind
 from tensorgauge.model import Event, RunRecord, Sample
-from tensorgauge.store import Store
 
 
 def to_event(raw: dict, t0: float) -> Event:
@@ -25,8 +26,16 @@ def to_event(raw: dict, t0: float) -> Event:
     return Event(t=float(raw["t"]) - t0, pid=int(raw.get("pid") or 0), kind=str(raw["kind"]), data=data)
 
 
+class Sink(Protocol):
+    """Where records go: a :class:`~tensorgauge.store.Store`, or a :class:`~.writer.StoreWriter` in front of one."""
+
+    def add(self, run_id: str, samples: list[Sample], events: list[Event]) -> None: ...
+
+    def save_run(self, record: RunRecord) -> None: ...
+
+
 class Recorder:
-    def __init__(self, store: Store, record: RunRecord, t0: float, clock=None, commit_seconds: float = 0.5):
+    def __init__(self, store: Sink, record: RunRecord, t0: float, clock=None, commit_seconds: float = 0.5):
         from tensorgauge.sources.clock import MonotonicClock
 
         self.store, self.record, self.t0 = store, record, t0

@@ -1,10 +1,12 @@
 """``tensorgauge run``: start the job as a child, sample it, record it.
 
-The monitor is this process, never a thread in the job. It waits between ticks
-in ``sigtimedwait`` so that the job's end (SIGCHLD) and Ctrl-C / SIGTERM wake it
-at once; signals sent to the monitor alone are forwarded to the job, and a
-Ctrl-C typed at the terminal (which the job receives itself) is not sent twice.
-The loop itself (sample, budget, record, observers) is :class:`~.monitor.Monitor`.
+The monitor is this process, never a thread in the job. The job runs in a process
+group of its own (which gets the terminal, as under a shell); the monitor waits
+between ticks in ``sigtimedwait`` so that the job's end (SIGCHLD) and signals wake
+it at once, and passes every signal it gets on to the job's whole group. A
+guardian process stops the job's tree if the monitor is killed
+(:mod:`.guard`). The loop itself (sample, budget, record, observers) is
+:class:`~.monitor.Monitor`; the store is written by :class:`~.writer.StoreWriter`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,11 +29,13 @@ from tensorgauge.hook import channel as hook_channel
 from tensorgauge.hook.protocol import DIAGNOSE_ENV, EVENTS_ENV, NO_CGROUP_ENV, NO_HOOK_ENV, RUN_ID_ENV, Kind
 from tensorgauge.model import RunRecord
 from tensorgauge.monitoring.budget import BudgetWatch, kill_tree
+from tensorgauge.monitoring.guard import Guard
 from tensorgauge.monitoring.limits import Budget
 from tensorgauge.monitoring.monitor import Monitor, Observer, Sources
 from tensorgauge.monitoring.recorder import Recorder
 from tensorgauge.monitoring.run_files import RunFiles
 from tensorgauge.monitoring.sampler import Sampler
+from tensorgauge.monitoring.writer import StoreWriter
 from tensorgauge.sources import cgroup
 from tensorgauge.sources.cluster import worker_identity
 from tensorgauge.sources.process_tree import descendants
@@ -39,7 +44,8 @@ from tensorgauge.store import Store
 HOOK_SITE_DIR = Path(__file__).parent.parent / "hook" / "_site"
 
 _WAKE_SIGNALS = (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
-_SI_KERNEL = 0x80  # si_code of a signal the terminal generated (Ctrl-C, Ctrl-\)
+STORE_WAIT_SECONDS = 120.0  # how long the end of a run waits for a locked or busy store
+_OWN_PROCESS_GROUP: dict = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
 
 
 @dataclass
@@ -87,7 +93,8 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
         budget: Budget | None = None, checkpoint_dir: str | None = None, diagnose: bool = False,
         extra_env: dict[str, str] | None = None, observers: Sequence[Observer] = (),
         job: str | None = None, sources: Sources | None = None,
-        report: Callable[[str], None] | None = None) -> RunResult:
+        report: Callable[[str], None] | None = None, keep_job_on_failure: bool = False,
+        store_wait_seconds: float = STORE_WAIT_SECONDS) -> RunResult:
     """Run ``command`` to its end under the monitor and record it in ``store``.
 
     With a ``budget``, the job is kept inside it (see :mod:`tensorgauge.monitoring.budget`);
@@ -95,78 +102,98 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     see every sample and event as it is recorded (live view, TensorBoard, Prometheus);
     ``job`` groups the workers of one distributed job (else taken from ``TF_CONFIG``);
     ``sources``: where readings come from (the real ones by default); ``report``: where
-    a problem of the monitor's own (an observer failing) is told."""
+    a problem of the monitor's own (an observer failing, a store that fails) is told.
+
+    The job runs in a process group of its own; signals sent to the monitor go to the
+    whole group. If the monitor fails after the job started, or is killed, the job's tree
+    is stopped (SIGTERM, then SIGKILL), unless ``keep_job_on_failure``. The store is
+    written on a thread of its own: a locked or slow store never holds the loop up;
+    ``store_wait_seconds`` is how long the end of the run waits for it."""
     command = resolve_command(command)
     sources = sources or Sources()
     clock = sources.clock
     run_id = new_run_id()
     files = RunFiles(run_id)
-    events_path = files.events_path
-
-    watch = None
-    env = job_environment(events_path, run_id, hook)
+    env = job_environment(files.events_path, run_id, hook)
     if diagnose:
         env[DIAGNOSE_ENV] = "1"
     env.update(extra_env or {})
+    watch = None
     if budget is not None and not budget.empty:
         watch = BudgetWatch(budget, files.stop_path, checkpoint_dir)
         env.update(watch.environment())
+    cwd = _cwd()
 
     t0 = clock.now()
     started_at = dt.datetime.now().astimezone().isoformat(timespec="milliseconds")
     try:
-        child = subprocess.Popen(command, env=env)
+        child = subprocess.Popen(command, env=env, **_OWN_PROCESS_GROUP)
     except OSError as exc:
         files.remove()
         raise TensorgaugeError(f"cannot start {command[0]}: {exc.strerror}") from None
+    # After the fork: a blocked mask is inherited, and the job must get its signals. Threads
+    # started from here on (the store writer) inherit it, so only sigtimedwait takes them.
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WAKE_SIGNALS)
-    tree, group = sources.watch_tree(child.pid, run_id, not os.environ.get(NO_CGROUP_ENV))
-    if watch:
-        watch.apply(child.pid, group)
-
-    paths = cgroup.cgroup_paths(child.pid)  # read now: /proc/PID goes with the job
-
-    def oom_count() -> int | None:
-        return group.oom_kills() if group else cgroup.oom_kill_count(paths)
-
-    oom_before = oom_count()
+    terminal = _Terminal.hand_to(child.pid)
     ended = _ChildEnd(child.pid)
-    gpus = sources.open_gpus()
+    writer = StoreWriter(store)
+    guard = group = gpus = None
     try:
+        tree, group = sources.watch_tree(child.pid, run_id, not os.environ.get(NO_CGROUP_ENV))
+        if not keep_job_on_failure:
+            guard = Guard.start(child.pid, [str(d / "cgroup.procs") for d in group.dirs()] if group else [])
+        if watch:
+            watch.apply(child.pid, group)
+        paths = cgroup.cgroup_paths(child.pid)  # read now: /proc/PID goes with the job
+        oom_before = group.oom_kills() if group else cgroup.oom_kill_count(paths)
+        gpus = sources.open_gpus()
         job_id, worker = worker_identity(env, job)
         # "gpus": what the driver shows, whatever TensorFlow sees.
         record = RunRecord(run_id=run_id, command=list(command), started_at=started_at, name=name,
-                           cwd=os.getcwd(), interval_seconds=interval_seconds, t0_monotonic=t0,
+                           cwd=cwd, interval_seconds=interval_seconds, t0_monotonic=t0,
                            tree_source="cgroup" if group else "procfs", job_id=job_id,
                            env={"host": {**sources.host(), "gpus": gpus.names},
                                 **({"worker": worker} if worker else {})})
-        store.save_run(record)
+        writer.save_run(record)
         if on_start:
             on_start(record)
-        recorder = Recorder(store, record, t0, clock)
+        recorder = Recorder(writer, record, t0, clock)
         monitor = Monitor(Sampler(tree, sources.system, gpus, clock, t0), recorder,
-                          hook_channel.EventReader(events_path), interval_seconds=interval_seconds, watch=watch,
-                          kill=lambda: kill_tree(group.pids() if group else [child.pid, *descendants(child.pid)]),
-                          observers=observers, report=report)
+                          hook_channel.EventReader(files.events_path), interval_seconds=interval_seconds,
+                          watch=watch, kill=lambda: _kill_tree(child.pid, group), observers=observers,
+                          report=report)
         monitor.run(ended.wait)
         end = clock.now()
+    except BaseException:
+        # Our failure after the job started (a bug, a closed terminal, Ctrl-C twice): never an orphan.
+        if not keep_job_on_failure and ended.status is None:
+            _stop_tree(child.pid, group, ended)
+        raise
     finally:
-        gpus.close()
-        if ended.status is None:  # the monitor failed before the job ended: wait for it all the same
+        if gpus is not None:
+            gpus.close()
+        if ended.status is None and keep_job_on_failure:
+            pass  # asked to leave it running
+        elif ended.status is None:
             ended.wait(None)
+        terminal.take_back()
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
-        oom_after = oom_count()
-        # The cgroup also counts children the job left running (rusage only has waited-for ones).
-        group_cpu = (group.cpu_seconds() or 0.0) + getattr(tree, "cpu_before_seconds", 0.0) if group else 0.0
-        if group:
-            group.remove()  # fails, harmlessly, while a daemon the job left behind lives on
+        if guard is not None:
+            guard.release()
         files.remove()
+    oom_after = group.oom_kills() if group else cgroup.oom_kill_count(paths)
+    # The cgroup also counts children the job left running (rusage only has waited-for ones).
+    group_cpu = (group.cpu_seconds() or 0.0) + getattr(tree, "cpu_before_seconds", 0.0) if group else 0.0
+    if group:
+        group.remove()  # fails, harmlessly, while a daemon the job left behind lives on
 
     status, rusage = ended.status, ended.rusage
     assert status is not None  # reaped above
-    warning = monitor.warning
+    stored_all = writer.flush(store_wait_seconds)
     record.wall_seconds = end - t0
     record.samples_taken = monitor.samples_taken
+    record.samples_lost = writer.state.samples_lost or None
+    record.recording_error = monitor.warning or writer.state.error
     record.cpu_seconds_total = max(rusage.ru_utime + rusage.ru_stime, group_cpu)
     record.rss_max_bytes = rusage.ru_maxrss * 1024  # Linux reports KiB
     record.complete = True
@@ -180,22 +207,96 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
         exit_code = record.exit_code
     if watch:
         stops = [e for e in recorder.seen if e.kind == Kind.BUDGET_STOP]
+        failed = [e for e in recorder.seen if e.kind == Kind.BUDGET_CHECKPOINT_FAILED]
         gpu = [e.data for e in recorder.seen if e.kind == Kind.BUDGET_GPU_MEMORY]
         record.budget = watch.result(record.signal, record.exit_code, record.oom_killed,
-                                     stops[-1].data.get("checkpoint") if stops else None,
-                                     {"gpus": gpu[-1].get("gpus"), "error": gpu[-1].get("error")} if gpu else None)
-    try:
-        store.save_run(record)
-    except Exception as exc:
-        if warning is None:
-            warning = f"the run's end was not saved ({exc})"
-            if report:
-                report(warning)
+                                     stops[-1].data.get("checkpoint") if stops and not failed else None,
+                                     {"gpus": gpu[-1].get("gpus"), "error": gpu[-1].get("error")} if gpu else None,
+                                     hook_stopped=bool(stops))
+    writer.save_run(record)
+    stored_all = writer.close(store_wait_seconds) and stored_all and not writer.state.samples_lost
+    warning = monitor.warning
+    if not stored_all and warning is None:
+        warning = (f"the store did not take everything ({writer.state.error}); "
+                   f"{writer.state.samples_lost} of {monitor.samples_taken} samples were lost")
+        if report:
+            report(warning)
     return RunResult(record=record, exit_code=exit_code, warning=warning)
 
 
+def _cwd() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:  # the working folder was deleted
+        return None
+
+
+def _kill_tree(pid: int, group) -> None:
+    """SIGKILL the job's whole tree: its process group and, with a cgroup, all its members."""
+    kill_tree(group.pids() if group else [pid, *descendants(pid)])
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _stop_tree(pid: int, group, ended: _ChildEnd, grace_seconds: float = 3.0) -> None:
+    """SIGTERM the job's tree, then SIGKILL what is left after ``grace_seconds``; reaps the job."""
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except OSError:
+        pass
+    deadline = time.monotonic() + grace_seconds
+    while time.monotonic() < deadline:
+        if ended._reap():
+            break
+        time.sleep(0.02)
+    _kill_tree(pid, group)
+    ended.wait(None)
+
+
+class _Terminal:
+    """Like a shell: a job started from a terminal's foreground gets the terminal, so Ctrl-C and
+    Ctrl-\\ reach its whole process group, and it may read the terminal; the monitor takes it back
+    at the end. Elsewhere (no terminal, or in the background) nothing changes."""
+
+    def __init__(self, fd: int | None, pgid: int | None):
+        self.fd, self.pgid = fd, pgid
+
+    @classmethod
+    def hand_to(cls, job_pgid: int) -> _Terminal:
+        for fd in (0, 1, 2):
+            try:
+                if os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp():
+                    _set_foreground(fd, job_pgid)
+                    return cls(fd, os.getpgrp())
+            except OSError:
+                continue
+        return cls(None, None)
+
+    def take_back(self) -> None:
+        if self.fd is not None and self.pgid is not None:
+            _set_foreground(self.fd, self.pgid)
+            self.fd = None
+
+    @property
+    def owned_by_job(self) -> bool:
+        return self.fd is not None
+
+
+def _set_foreground(fd: int, pgid: int) -> None:
+    """``tcsetpgrp`` from a process that may be in the background (SIGTTOU ignored meanwhile)."""
+    old = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+    try:
+        os.tcsetpgrp(fd, pgid)
+    except OSError:
+        pass
+    finally:
+        signal.signal(signal.SIGTTOU, old)
+
+
 class _ChildEnd:
-    """Waits for the child's end while forwarding the signals sent to the monitor alone."""
+    """Waits for the child's end while forwarding the signals sent to the monitor to its process group."""
 
     def __init__(self, pid: int):
         self.pid = pid
@@ -203,6 +304,8 @@ class _ChildEnd:
         self.rusage: Any = None  # resource.struct_rusage once reaped
 
     def _reap(self) -> bool:
+        if self.status is not None:
+            return True
         waited_pid, status, rusage = os.wait4(self.pid, os.WNOHANG)
         if waited_pid == self.pid:
             self.status, self.rusage = status, rusage
@@ -211,7 +314,7 @@ class _ChildEnd:
 
     def wait(self, timeout: float | None) -> bool:
         """True once the child has ended; waits at most ``timeout`` seconds (None: until it ends)."""
-        if self.status is not None or self._reap():
+        if self._reap():
             return True
         if timeout is None:
             _, self.status, self.rusage = os.wait4(self.pid, 0)
@@ -224,10 +327,11 @@ class _ChildEnd:
             if info.si_signo == signal.SIGCHLD:
                 if self._reap():
                     return True
-            elif not (info.si_code == _SI_KERNEL and info.si_signo in (signal.SIGINT, signal.SIGQUIT)):
-                # Sent to the monitor alone (kill, a scheduler): pass it on.
+            else:
+                # Sent to the monitor (kill, a scheduler, or the terminal while the job does not own it):
+                # pass it on to the job's whole process group.
                 try:
-                    os.kill(self.pid, info.si_signo)
+                    os.killpg(self.pid, info.si_signo)
                 except ProcessLookupError:
                     pass
         return self._reap()

@@ -46,7 +46,7 @@ def render_runs(console: Console, records: list[RunRecord], peaks: dict[str, tup
                          max_width=24 if column == "name" else None)
     for r in records:
         peak, _ = peaks.get(r.run_id, (None, 0))
-        peak = max(peak or 0, r.rss_max_bytes or 0) or None
+        peak = peak or None
         cores = (r.cpu_seconds_total / r.wall_seconds
                  if r.cpu_seconds_total is not None and r.wall_seconds else None)
         table.add_row(safe(r.run_id), safe(r.name or ""), safe(command_text(r.command, 30)),
@@ -107,7 +107,12 @@ def render_budget(console: Console, budget: dict) -> None:
     if budget.get("max_gpu_memory_bytes"):
         parts.append(f"GPU memory {format_bytes(budget['max_gpu_memory_bytes'])}{gpu_budget_note(budget)}")
     enforced = ", ".join(budget.get("enforced_by") or []) or "nothing (no limit could apply)"
-    console.print(f"  budget   {', '.join(parts)}; enforced by {safe(enforced)}")
+    limit, peak = budget.get("max_memory_bytes"), budget.get("peak_bytes")
+    if limit and peak and peak > limit:  # never "enforced" for a budget that was exceeded
+        console.print(f"  budget   {', '.join(parts)}; [red]exceeded by {format_bytes(peak - limit)} "
+                      f"({(peak - limit) / limit:.0%})[/red] despite {safe(enforced)}")
+    else:
+        console.print(f"  budget   {', '.join(parts)}; enforced by {safe(enforced)}")
     if budget.get("stopped"):
         console.print(f"  [yellow]stopped: {safe(str(budget.get('reason')))}[/yellow]")
         if budget.get("checkpoint"):
@@ -124,9 +129,14 @@ def render_run(console: Console, report: RunReport) -> None:
     if not r.complete:
         console.print("  [yellow]incomplete: the monitor stopped before the job ended; "
                       "figures cover what was recorded[/yellow]")
+    if r.samples_lost or r.recording_error:
+        taken = f"{s.samples} of {r.samples_taken} samples stored" if r.samples_taken else f"{s.samples} samples stored"
+        console.print(f"  [yellow]recording: {taken}"
+                      + (f"; {safe(r.recording_error)}" if r.recording_error else "") + "[/yellow]")
     console.print(f"  CPU      {s.cpu_seconds:.2f} CPU-s, cores busy mean {s.cores_busy_mean:.2f} "
                   f"peak {s.cores_busy_peak:.2f}")
-    uss = f"  USS peak {format_bytes(s.uss_peak_bytes)}" if s.uss_peak_bytes else ""
+    # USS is read every few seconds: a figure read once or twice is no peak.
+    uss = f"  USS max {format_bytes(s.uss_peak_bytes)} (of readings every 5 s)" if s.uss_peak_bytes else ""
     console.print(f"  memory   RSS peak {format_bytes(s.rss_peak_bytes)}{uss}   threads peak {s.threads_peak}"
                   f"   processes peak {s.processes_peak}   samples {s.samples}")
     for gpu in s.gpu:

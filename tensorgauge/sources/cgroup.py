@@ -186,7 +186,8 @@ class JobCgroup:
                     pass
             return None
 
-    def _dirs(self) -> list[Path]:
+    def dirs(self) -> list[Path]:
+        """The cgroup's folders (one, or one per v1 hierarchy)."""
         return [d for d in dict.fromkeys([self.cpu_dir, self.memory_dir, self.quota_dir]) if d is not None]
 
     def limit_memory(self, limit_bytes: int) -> str | None:
@@ -221,7 +222,7 @@ class JobCgroup:
     def add(self, pid: int) -> bool:
         """Move a process (and its threads) in; False if the kernel refused."""
         try:
-            for folder in self._dirs():
+            for folder in self.dirs():
                 (folder / "cgroup.procs").write_text(str(pid))
         except OSError:
             return False
@@ -256,7 +257,7 @@ class JobCgroup:
         """Remove the cgroup. Processes the job left running move to the parent
         cgroup first (they live on, unwatched). False if the kernel refused."""
         ok = True
-        for folder in self._dirs():
+        for folder in self.dirs():
             for pid in (_read(folder / "cgroup.procs") or "").split():
                 try:
                     (folder.parent / "cgroup.procs").write_text(pid)

@@ -46,13 +46,13 @@ class Store:
         return self.backend.conn
 
     @classmethod
-    def open(cls, location: str | os.PathLike | None = None, create: bool = True, threads: bool = False) -> Store:
+    def open(cls, location: str | os.PathLike | None = None, create: bool = True) -> Store:
         """Open (and create, if ``create``) the store; any problem is a :class:`StoreError`.
-        ``threads``: the connection will be used from another thread (one at a time)."""
+        One thread at a time may use it (a monitor's writer thread while a run goes on)."""
         location = str(location) if location is not None else str(default_store_path())
         if is_url(location):
             return cls(PostgresBackend(location, create))
-        return cls(SqliteBackend(Path(location).expanduser(), create, threads))
+        return cls(SqliteBackend(Path(location).expanduser(), create))
 
     def close(self) -> None:
         self.backend.close()

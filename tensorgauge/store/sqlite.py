@@ -17,7 +17,7 @@ class SqliteBackend:
     errors = (sqlite3.Error,)
     event_order = "rowid"
 
-    def __init__(self, path: Path, create: bool, threads: bool):
+    def __init__(self, path: Path, create: bool):
         self.path = path
         self.location = str(path)
         self.data_dir = path.parent
@@ -31,7 +31,7 @@ class SqliteBackend:
             except OSError as exc:
                 raise StoreError(f"cannot create the store's folder {path.parent}: {exc.strerror}") from None
         try:
-            self.conn = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=not threads)
+            self.conn = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
             self.conn.execute("PRAGMA busy_timeout = 30000")
             version = self.conn.execute("PRAGMA user_version").fetchone()[0]
             check_version(version, self.location)
