@@ -45,3 +45,14 @@ def test_many_processes_append_without_interleaving(tmp_path):
     events = EventReader(path).read_new()
     assert len(events) == 800
     assert all(len(e["seconds"]) == 200 for e in events)
+
+
+def test_a_burst_is_read_over_several_calls_and_the_last_read_takes_the_rest(tmp_path):
+    path = tmp_path / "events.jsonl"
+    line = b'{"t": 1, "kind": "trace", "function": "f"}\n'
+    path.write_bytes(line * 100_000)  # 4.4 MB written at once by the job
+    reader = EventReader(str(path), max_bytes=1 << 20)
+    first = reader.read_new()
+    assert 0 < len(first) < 30_000  # one tick reads a bounded part
+    rest = reader.read_new(everything=True)
+    assert len(first) + len(rest) == 100_000 and reader.read_new() == []

@@ -20,7 +20,7 @@ class Events:
     def __init__(self, batches=()):
         self.batches = list(batches)
 
-    def read_new(self):
+    def read_new(self, everything=False):
         return self.batches.pop(0) if self.batches else []
 
 

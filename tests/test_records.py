@@ -3,6 +3,7 @@ one clear error naming the field; values of the right kind load, store, and rend
 
 import io
 import json
+import uuid
 from dataclasses import fields
 
 import pytest
@@ -143,7 +144,7 @@ def test_any_values_of_the_declared_kinds_load_store_and_render(run, samples, ev
     doc = {"schema": SCHEMA, "run": run, "samples": samples, "events": events}
     bundle = from_dict(json.loads(json.dumps(doc)))
     render_everything(RunReport.build(bundle.record, bundle.samples, bundle.events))
-    store = Store.open(tmp_path / f"{id(doc)}.db")
+    store = Store.open(tmp_path / f"{uuid.uuid4().hex}.db")  # a fresh store for each example
     store.import_run(bundle.record, bundle.samples, bundle.events)
     assert sorted(map(normalised, store.samples("r1"))) == sorted(map(normalised, bundle.samples))
     assert store.run("r1").to_dict() == bundle.record.to_dict()

@@ -100,13 +100,13 @@ def run(config: dict) -> dict:
         seconds = time.perf_counter() - start
     record(name, "tf_data", count / seconds, "elements/s", seconds)
 
-    folder = tempfile.mkdtemp(prefix="tensorgauge-bench-")
-    path = os.path.join(folder, "bench.keras")
-    with tensorgauge.phase("bench save and load"):
-        start = time.perf_counter()
-        model.save(path)
-        keras.saving.load_model(path)
-        seconds = time.perf_counter() - start
+    with tempfile.TemporaryDirectory(prefix="tensorgauge-bench-") as folder:  # removed afterwards
+        path = os.path.join(folder, "bench.keras")
+        with tensorgauge.phase("bench save and load"):
+            start = time.perf_counter()
+            model.save(path)
+            keras.saving.load_model(path)
+            seconds = time.perf_counter() - start
     record("save and load", "io", seconds, "s", seconds, higher_is_better=False)
     return results
 

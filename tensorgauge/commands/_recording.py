@@ -9,7 +9,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from tensorgauge.commands._shared import console, open_store, write_json
+from tensorgauge.commands._shared import check_output, console, open_store, write_json
+from tensorgauge.errors import TensorgaugeError
 from tensorgauge.render.text import safe
 
 
@@ -66,6 +67,8 @@ def record(command: list[str], options: RecordOptions) -> tuple[int, str]:
     from tensorgauge.monitoring.runner import resolve_command, run
 
     resolve_command(command)  # before the store: a typo should not create anything
+    if options.json_path:
+        check_output(options.json_path, options.store)  # found now, not after an hour of training
     budget = make_budget(options)
     observers: list = []
     if options.tensorboard:
@@ -113,9 +116,17 @@ def record(command: list[str], options: RecordOptions) -> tuple[int, str]:
             observer.close()
     if result.warning:
         return result.exit_code, result.record.run_id
-    report = RunReport.load(store, result.record.run_id)
+    try:
+        report = RunReport.load(store, result.record.run_id)
+    except TensorgaugeError as exc:  # the job's exit code stands whatever became of its record
+        _say(err, f"tensorgauge: warning: {safe(str(exc))}", markup=False)
+        return result.exit_code, result.record.run_id
     if options.json_path:
-        write_json(report.to_dict(), options.json_path)
+        try:
+            write_json(report.to_dict(), options.json_path)
+        except TensorgaugeError as exc:  # the job's exit code stands; the run is in the store
+            _say(err, f"tensorgauge: warning: {safe(str(exc))} (the run is stored: tensorgauge show "
+                      f"{result.record.run_id} --json)")
     if not options.quiet:
         from tensorgauge.render.terminal import outcome
         from tensorgauge.units import format_bytes, format_seconds

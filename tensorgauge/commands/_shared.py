@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -33,9 +34,12 @@ def progress_printer() -> Callable[[str], None]:
 
 
 def open_store(location: str | None, create: bool = True) -> Store:
+    from tensorgauge.render.text import plain
     from tensorgauge.store import Store
 
-    return Store.open(location, create=create)
+    store = Store.open(location, create=create)
+    store.notify = lambda line: print(f"tensorgauge: note: {plain(line)}", file=sys.stderr)
+    return store
 
 
 def write_text(text: str, destination: str) -> None:
@@ -47,6 +51,27 @@ def write_text(text: str, destination: str) -> None:
         Path(destination).write_text(text + "\n")
     except OSError as exc:
         raise TensorgaugeError(f"cannot write {destination}: {exc.strerror}") from None
+
+
+def check_output(destination: str, store_location: str | None = None) -> None:
+    """Before any work: ``destination`` can be written, and is not the store (or its journal)."""
+    if destination == "-":
+        return
+    from tensorgauge.store import default_store_path, is_url
+
+    path = Path(destination).expanduser()
+    store = str(store_location or default_store_path())
+    if not is_url(store):
+        target = os.path.realpath(path)
+        if target in {os.path.realpath(store + suffix) for suffix in ("", "-wal", "-shm", "-journal")}:
+            raise TensorgaugeError(f"{destination} is the run store itself: write somewhere else")
+    if path.is_dir():
+        raise TensorgaugeError(f"cannot write {destination}: it is a directory")
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise TensorgaugeError(f"cannot write {destination}: no folder {folder}")
+    if not os.access(path if path.exists() else folder, os.W_OK):
+        raise TensorgaugeError(f"cannot write {destination}: permission denied")
 
 
 def write_json(document: dict[str, Any], destination: str) -> None:

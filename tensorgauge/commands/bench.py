@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 
-from tensorgauge.commands._shared import console, open_store
+from tensorgauge.commands._shared import check_output, console, open_store
 from tensorgauge.errors import TensorgaugeError
 
 SUITE = "tensorgauge.bench.suite"
@@ -34,6 +34,8 @@ def bench(store: str | None, quick: bool = False, output: str | None = None) -> 
     from tensorgauge.render.compare import render_bench
     from tensorgauge.store.bundle import export_run
 
+    if output:
+        check_output(output, store)
     opened = open_store(store)
     report = run_bench(opened, quick=quick)
     render_bench(console(), bench_results(report.events, report.phases), report.record.run_id)

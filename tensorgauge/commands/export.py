@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from tensorgauge.commands._shared import open_store
+from tensorgauge.commands._shared import check_output, open_store
 from tensorgauge.render.text import plain
 
 
 def export(store: str | None, ref: str, output: str) -> int:
     from tensorgauge.store.bundle import export_run
 
+    check_output(output, store)
     bundle = export_run(open_store(store, create=False), ref)
     bundle.write(output)
     print(f"exported {bundle.record.run_id} to {plain(output)}")

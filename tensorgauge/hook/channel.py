@@ -96,18 +96,22 @@ def set_channel(new: Channel | None) -> Channel | None:
 
 
 class EventReader:
-    """Reads the events written so far, complete lines only (monitor side)."""
+    """Reads the events written so far, complete lines only (monitor side). At most
+    ``max_bytes`` a call: a burst of events from the job is read over several ticks
+    instead of stalling one."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, max_bytes: int = 4 << 20):
         self.path = path
+        self.max_bytes = max_bytes
         self._offset = 0
         self._partial = b""
 
-    def read_new(self) -> list[dict]:
+    def read_new(self, everything: bool = False) -> list[dict]:
+        """The complete lines written since the last call (``everything``: to the end, however much)."""
         try:
             with open(self.path, "rb") as f:
                 f.seek(self._offset)
-                chunk = f.read()
+                chunk = f.read(-1 if everything else self.max_bytes)
         except OSError:
             return []
         self._offset += len(chunk)

@@ -22,8 +22,9 @@ from tensorgauge.model import RunRecord
 from tensorgauge.monitoring.monitor import Monitor, Sources
 from tensorgauge.monitoring.recorder import Recorder
 from tensorgauge.monitoring.run_files import RunFiles
-from tensorgauge.monitoring.runner import new_run_id
+from tensorgauge.monitoring.runner import STORE_WAIT_SECONDS, new_run_id
 from tensorgauge.monitoring.sampler import Sampler
+from tensorgauge.monitoring.writer import StoreWriter
 from tensorgauge.store import Store
 
 
@@ -51,14 +52,15 @@ class monitor:
             started_at=dt.datetime.now().astimezone().isoformat(timespec="milliseconds"),
             cwd=os.getcwd(), interval_seconds=self.interval_seconds, t0_monotonic=self._t0,
             env={"host": self.sources.host()})
-        self._store.save_run(self._record)
+        self._writer = StoreWriter(self._store)  # the job's thread never waits on the store
+        self._writer.save_run(self._record)
         tree, _ = self.sources.watch_tree(os.getpid(), self.run_id, False)
         first = tree.read()
         self._gpus = self.sources.open_gpus()
         self._monitor = Monitor(
             Sampler(tree, self.sources.system, self._gpus, clock, self._t0,
                     cpu_baseline=first.cpu_seconds if first else 0.0),
-            Recorder(self._store, self._record, self._t0, clock), EventReader(self._files.events_path),
+            Recorder(self._writer, self._record, self._t0, clock), EventReader(self._files.events_path),
             interval_seconds=self.interval_seconds, report=self._warn)
         install_hook()
         self._thread = threading.Thread(target=self._monitor.run, args=(self._stop.wait,),
@@ -76,11 +78,16 @@ class monitor:
         record = self._record
         record.wall_seconds = self.sources.clock.now() - self._t0
         record.cpu_seconds_total = process_cpu_seconds() - self._cpu0
-        record.samples_taken = self._monitor.samples_taken
-        record.complete = self._monitor.warning is None  # samples are missing after a failed tick
         record.exit_code = 0 if exc_type is None else 1
         try:
-            self._store.save_run(record)
+            self._writer.flush(STORE_WAIT_SECONDS)
+            record.samples_taken = self._monitor.samples_taken
+            record.samples_lost = self._writer.state.samples_lost or None
+            record.recording_error = self._monitor.warning or self._writer.state.error
+            record.complete = self._monitor.warning is None  # samples are missing after a failed tick
+            self._writer.save_run(record)
+            if not self._writer.close(STORE_WAIT_SECONDS):
+                self._warn(f"the run's end was not stored ({self._writer.state.error})")
         finally:
             self._store.close()
             self._gpus.close()

@@ -30,7 +30,7 @@ class Observer(Protocol):
 
 
 class EventSource(Protocol):
-    def read_new(self) -> list[dict]: ...
+    def read_new(self, everything: bool = False) -> list[dict]: ...
 
 
 def _real_tree(pid: int, run_id: str, cgroup_allowed: bool) -> tuple[ProcessTree, JobCgroup | None]:
@@ -106,7 +106,8 @@ class Monitor:
         self.samples_taken += sample is not None
         if self.watch is not None and sample is not None and self.kill is not None:
             self.watch.check(sample, self.kill)
-        events = self.recorder.add([sample] if sample else [], self.events.read_new(), force=force)
+        raw = self.events.read_new(everything=force)  # the last tick takes whatever is left
+        events = self.recorder.add([sample] if sample else [], raw, force=force)
         state = getattr(self.recorder.store, "state", None)  # a StoreWriter's: what the store lost
         if state is not None and state.error and not self._store_failure_told:
             self._store_failure_told = True

@@ -216,7 +216,11 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     writer.save_run(record)
     stored_all = writer.close(store_wait_seconds) and stored_all and not writer.state.samples_lost
     warning = monitor.warning
-    if not stored_all and warning is None:
+    if writer.removed:
+        warning = "the run was removed (tensorgauge rm) while it was recorded: nothing more was stored"
+        if report:
+            report(warning)
+    elif not stored_all and warning is None:
         warning = (f"the store did not take everything ({writer.state.error}); "
                    f"{writer.state.samples_lost} of {monitor.samples_taken} samples were lost")
         if report:

@@ -49,6 +49,8 @@ class StoreWriter:
         self.state = WriterState()
         self._queue: queue.Queue[_Batch | threading.Event | None] = queue.Queue(maxsize=max_batches)
         self._record: dict | None = None  # the latest run record not yet written
+        self._created = False
+        self.removed = False  # the run was removed (tensorgauge rm) while recorded: write no more of it
         self._record_lock = threading.Lock()
         self._deadline: float | None = None  # once set, a busy store is waited for until then only
         self._stop = False
@@ -110,12 +112,21 @@ class StoreWriter:
     def _write_record(self) -> None:
         with self._record_lock:
             snapshot, self._record = self._record, None
-        if snapshot is not None and not self._with_retry(lambda: self.store.save_run(RunRecord.from_dict(snapshot))):
-            with self._record_lock:
-                if self._record is None:
-                    self._record = snapshot  # keep it for the next try
+        if snapshot is None or self.removed:
+            return
+        create = not self._created  # the first save makes the run; later ones only update it
+        saved: list[bool] = []
+        if self._with_retry(lambda: saved.append(self.store.save_run(RunRecord.from_dict(snapshot), create=create))):
+            self._created = True
+            self.removed = saved[-1] is False
+            return
+        with self._record_lock:
+            if self._record is None:
+                self._record = snapshot  # keep it for the next try
 
     def _write(self, batch: _Batch) -> None:
+        if self.removed:
+            return
         if self._with_retry(lambda: self.store.add(batch.run_id, batch.samples, batch.events)):
             self.state.samples_written += len(batch.samples)
         else:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 import json
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,10 +103,16 @@ def read(path: str | Path) -> Bundle:
     """Read and validate a bundle file."""
     path = Path(path)
     try:
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise BundleError(f"{path} is {size >> 20} MiB, larger than a bundle may be ({MAX_BYTES >> 20} MiB)")
-        text = path.read_bytes().decode("utf-8")
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise BundleError(f"{path} is not a bundle (not a regular file)")
+        if info.st_size > MAX_BYTES:
+            raise BundleError(f"{path} is {info.st_size >> 20} MiB, larger than a bundle may be ({MAX_BYTES >> 20} MiB)")
+        with open(path, "rb") as f:
+            data = f.read(MAX_BYTES + 1)  # a file that grows while read is cut, never read forever
+        if len(data) > MAX_BYTES:
+            raise BundleError(f"{path} is larger than a bundle may be ({MAX_BYTES >> 20} MiB)")
+        text = data.decode("utf-8")
     except OSError as exc:
         raise BundleError(f"cannot read {path}: {exc.strerror}") from None
     except UnicodeDecodeError:

@@ -16,8 +16,9 @@ TYPES = {"real": "DOUBLE PRECISION", "int": "BIGINT", "event_id": "id BIGSERIAL 
 
 
 def redact(url: str) -> str:
-    """The URL without its password, for messages."""
-    return re.sub(r"//([^:@/]*):[^@/]*@", r"//\1:***@", url)
+    """The URL without its password (in the user part or as ``password=``), for messages."""
+    url = re.sub(r"//([^:@/]*):[^@/]*@", r"//\1:***@", url)
+    return re.sub(r"(?i)([?&]password=)[^&#]*", r"\1***", url)
 
 
 class PostgresBackend:
@@ -68,8 +69,9 @@ class PostgresBackend:
     def query(self, sql: str, args: tuple = ()) -> list[tuple]:
         return self.conn.execute(self._sql(sql), args).fetchall()
 
-    def execute(self, sql: str, args: tuple = ()) -> None:
-        self.conn.execute(self._sql(sql), args)
+    def execute(self, sql: str, args: tuple = ()) -> int:
+        """Runs ``sql``; returns the number of rows it changed."""
+        return self.conn.execute(self._sql(sql), args).rowcount
 
     def executemany(self, sql: str, rows: list[tuple]) -> None:
         with self.conn.cursor() as cursor:

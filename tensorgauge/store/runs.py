@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ class Store:
 
     def __init__(self, backend):
         self.backend = backend
+        self.notify: Callable[[str], None] | None = None  # told when a name picks one of several runs
         self.location = backend.location  # for messages (a URL without its password)
         self.data_dir = backend.data_dir  # where checkpoints and reports go beside the store
 
@@ -67,10 +69,15 @@ class Store:
 
     # -- writing ---------------------------------------------------------------
 
-    def save_run(self, record: RunRecord) -> None:
-        """Insert or replace the run's record."""
+    def save_run(self, record: RunRecord, create: bool = True) -> bool:
+        """Insert or replace the run's record; with ``create=False`` only replace it. False when
+        there was nothing to replace: the run was removed (``tensorgauge rm``) while it was recorded."""
         with self._writing() as db:
-            db.execute(_UPSERT_RUN, (record.run_id, record.started_at, json.dumps(record.to_dict())))
+            if create:
+                db.execute(_UPSERT_RUN, (record.run_id, record.started_at, json.dumps(record.to_dict())))
+                return True
+            return db.execute("UPDATE runs SET started_at = ?, record = ? WHERE run_id = ?",
+                              (record.started_at, json.dumps(record.to_dict()), record.run_id)) > 0
 
     def add(self, run_id: str, samples: list[Sample], events: list[Event]) -> None:
         """Append samples and events in one transaction."""
@@ -122,8 +129,13 @@ class Store:
             rows = self._query("SELECT record FROM runs WHERE run_id LIKE ? ESCAPE '\\'",
                                (ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",))
         if not rows:
-            rows = [r for r in self._query("SELECT record FROM runs ORDER BY started_at DESC")
-                    if json.loads(r[0]).get("name") == ref][:1]
+            named = [r for r in self._query("SELECT record FROM runs ORDER BY started_at DESC")
+                     if json.loads(r[0]).get("name") == ref]
+            rows = named[:1]
+            if len(named) > 1 and self.notify is not None:
+                newest = _record(rows[0][0], self.location).run_id
+                self.notify(f"{len(named)} runs are named '{ref}': this is the newest, {newest} "
+                            "(give an id for another; see 'tensorgauge runs')")
         if not rows:
             raise UnknownRunError(f"no run '{ref}' in {self.location} (see 'tensorgauge runs')")
         if len(rows) > 1:

@@ -4,8 +4,11 @@ carries the schema version (see :mod:`.schema`)."""
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
+import stat
 from pathlib import Path
+from urllib.parse import quote
 
 from tensorgauge.errors import StoreError
 from tensorgauge.store.schema import SCHEMA_VERSION, TABLE_COLUMNS, create_statements, missing_columns
@@ -21,20 +24,48 @@ class SqliteBackend:
         self.path = path
         self.location = str(path)
         self.data_dir = path.parent
-        if path.is_dir():
+        try:
+            info = path.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            info = None
+        except OSError as exc:
+            raise StoreError(f"cannot open store {path}: {exc.strerror}") from None
+        if info is not None and stat.S_ISDIR(info.st_mode):
             raise StoreError(f"store {path} is a directory, not a database file")
-        if not path.exists():
+        if info is None:
             if not create:
                 raise StoreError(f"no run store at {path} (record a run with 'tensorgauge run')")
             try:
-                path.parent.mkdir(parents=True, exist_ok=True)
+                path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             except OSError as exc:
                 raise StoreError(f"cannot create the store's folder {path.parent}: {exc.strerror}") from None
+            try:
+                # Command lines may hold tokens: the store (and its -wal/-shm, which SQLite
+                # gives the same mode) is readable by its owner only.
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise StoreError(f"cannot create the store {path}: {exc.strerror}") from None
+        self.read_only = not os.access(path, os.W_OK)
         try:
-            self.conn = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            if self.read_only:  # e.g. a store copied off a shared drive: read it as it is, change nothing
+                self.conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?immutable=1", uri=True,
+                                            isolation_level=None, check_same_thread=False)
+            else:
+                self.conn = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
             self.conn.execute("PRAGMA busy_timeout = 30000")
             version = self.conn.execute("PRAGMA user_version").fetchone()[0]
             check_version(version, self.location)
+            tables = {row[0] for row in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if tables and "runs" not in tables or version == 0 and tables:
+                raise StoreError(f"{path} is an SQLite database of something else, not a tensorgauge store "
+                                 "(left untouched)")
+            if self.read_only:
+                if version < SCHEMA_VERSION:
+                    raise StoreError(f"store {path} is read-only and written by an older tensorgauge: "
+                                     "copy it somewhere writable to read it")
+                return
             self.conn.execute("PRAGMA journal_mode = WAL")
             self.conn.execute("PRAGMA synchronous = NORMAL")
             steps = create_statements(TYPES) if version == 0 else []
@@ -52,8 +83,9 @@ class SqliteBackend:
     def query(self, sql: str, args: tuple = ()) -> list[tuple]:
         return self.conn.execute(sql, args).fetchall()
 
-    def execute(self, sql: str, args: tuple = ()) -> None:
-        self.conn.execute(sql, args)
+    def execute(self, sql: str, args: tuple = ()) -> int:
+        """Runs ``sql``; returns the number of rows it changed."""
+        return self.conn.execute(sql, args).rowcount
 
     def executemany(self, sql: str, rows: list[tuple]) -> None:
         self.conn.executemany(sql, rows)
