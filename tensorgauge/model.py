@@ -171,7 +171,7 @@ BUDGET_FIELDS = {"max_memory_bytes": "int?", "max_cpus": "number?", "max_gpu_mem
 GPU_LIMIT_FIELDS = {"gpus": "int?", "error": "text?"}
 
 
-@dataclass
+@dataclass(slots=True)
 class Phase:
     """A span of the job: import, fit, epoch, evaluate, predict, save, load, custom."""
 

@@ -12,20 +12,19 @@ from tensorgauge.units import format_bytes, format_seconds, format_share
 KIND_WORDS = {"custom": "your own phases (tensorgauge.phase)"}
 
 
-def _kind_totals(phases: list[Phase], kind: str) -> tuple[float, float, int]:
-    """(wall, CPU-s, count) of the top-most phases of ``kind`` (not counted twice when nested)."""
-    wall = cpu = 0.0
-    count = 0
+def _kind_totals(phases: list[Phase]) -> dict[str, list]:
+    """{kind: [wall, CPU-s, count]} of the top-most phases of each kind (not counted twice when
+    nested), in one pass."""
+    totals: dict[str, list] = {}
     for phase in phases:
-        if phase.kind != kind:
+        kind = phase.kind
+        if phase.parent is not None and phases[phase.parent].kind == kind:
             continue
-        parent = phases[phase.parent] if phase.parent is not None else None
-        if parent is not None and parent.kind == kind:
-            continue
-        wall += phase.wall_seconds
-        cpu += phase.cpu_seconds
-        count += 1
-    return wall, cpu, count
+        entry = totals.setdefault(kind, [0.0, 0.0, 0])
+        entry[0] += phase.end - phase.start
+        entry[1] += phase.cpu_seconds
+        entry[2] += 1
+    return totals
 
 
 def shutdown(events: Sequence[Event], cpu_total: float, wall_seconds: float) -> tuple[float, float] | None:
@@ -53,8 +52,9 @@ def account(phases: list[Phase], summary: Summary, wall_seconds: float, cores_al
         return lines
 
     by_kind = []
+    totals = _kind_totals(phases)
     for kind in ("import", "fit", "evaluate", "predict", "save", "load", "custom"):
-        wall, cpu, count = _kind_totals(phases, kind)
+        wall, cpu, count = totals.get(kind, (0.0, 0.0, 0))
         if count:
             by_kind.append((kind, wall, cpu, count))
     biggest = max(by_kind, key=lambda k: k[1])

@@ -237,12 +237,12 @@ def _input_bound(f: RunFacts) -> Finding | None:
 
 @rule("eager_execution", category="performance")
 def _eager_execution(f: RunFacts) -> Finding | None:
-    return eager_execution(_fit_config(f), f.fit, f.events)
+    return eager_execution(_fit_config(f), f.fit, f.of_kind(Kind.EAGER_GRADIENTS))
 
 
 @rule("retracing", category="performance")
 def _retracing(f: RunFacts) -> Finding | None:
-    return retracing(f.events)
+    return retracing(f.of_kind(Kind.TRACE))
 
 
 @rule("thread_limited", category="performance")

@@ -73,7 +73,7 @@ def _budget_fix(findings: list[Finding]) -> str:
 
 @rule("dataset_in_memory", category="memory")
 def dataset_in_memory(f: RunFacts) -> Finding | None:
-    sliced, whole_shuffles = _datasets(f.events)
+    sliced, whole_shuffles = _datasets(f.of_kind(Kind.DATASET))
     if sliced < DATASET_IN_MEMORY_BYTES:
         return None
     peak = max(f.samples, key=lambda s: s.rss_bytes) if f.samples else None
@@ -145,7 +145,7 @@ def memory_budget(f: RunFacts) -> Finding | None:
         return None
     peak = max(f.samples, key=lambda s: s.rss_bytes) if f.samples else None
     at_peak = peak_phase(f.phases, peak.t if peak else None)
-    sliced, _ = _datasets(f.events)
+    sliced, _ = _datasets(f.of_kind(Kind.DATASET))
     growth = _growth(f.phases, f.samples)
     limit = budget.get("max_memory_bytes")
     where = f" during '{at_peak.name}'" if at_peak else ""

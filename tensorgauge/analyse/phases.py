@@ -46,20 +46,22 @@ def build_phases(events: list[Event], samples: list[Sample], end: float | None =
     begin_cpu: dict[int, float | None] = {}
     step_seconds: dict[int, list[float]] = {}
 
+    begin, end_kind, steps_kind = Kind.PHASE_BEGIN, Kind.PHASE_END, Kind.STEPS
     for event in events:
-        data = event.data
-        if event.kind == Kind.PHASE_BEGIN:
-            key = (event.pid, data.get("id"))
+        kind_of_event = event.kind
+        if kind_of_event == begin:
+            data = event.data
+            pid = event.pid
             kind = data.get("phase_kind")
-            parent_key = (event.pid, data.get("parent"))
-            phase = Phase(name=str(data.get("name") or kind or "phase"),
-                          kind=kind if kind in PHASE_KINDS else "custom",
-                          start=event.t, end=run_end, parent=index_of.get(parent_key),
-                          pid=event.pid, rss_start_bytes=data.get("rss"), complete=False)
-            index_of[key] = len(phases)
+            parent = data.get("parent")
+            phase = Phase(str(data.get("name") or kind or "phase"), kind if kind in PHASE_KINDS else "custom",
+                          event.t, run_end, index_of.get((pid, parent)) if parent is not None else None, pid,
+                          rss_start_bytes=data.get("rss"), complete=False)
+            index_of[(pid, data.get("id"))] = len(phases)
             begin_cpu[len(phases)] = data.get("cpu")
             phases.append(phase)
-        elif event.kind == Kind.PHASE_END:
+        elif kind_of_event == end_kind:
+            data = event.data
             index = index_of.get((event.pid, data.get("id")))
             if index is None:
                 continue
@@ -71,7 +73,8 @@ def build_phases(events: list[Event], samples: list[Sample], end: float | None =
             if begin_cpu[index] is not None and data.get("cpu") is not None:
                 phase.cpu_seconds = max(0.0, data["cpu"] - begin_cpu[index])
                 begin_cpu[index] = None  # mark as measured exactly
-        elif event.kind == Kind.STEPS:
+        elif kind_of_event == steps_kind:
+            data = event.data
             index = index_of.get((event.pid, data.get("phase")))
             if index is not None:
                 step_seconds.setdefault(index, []).extend(data.get("seconds") or [])
@@ -109,7 +112,12 @@ def _sample_figures(phase: Phase, samples: list[Sample], times: list[float]) -> 
     wall = phase.wall_seconds
     phase.cores_busy_mean = round(phase.cpu_seconds / wall, 3) if wall > 0 else 0.0
     # A sample's cores_busy covers the interval ending at its t.
-    inside = samples[bisect_right(times, phase.start):bisect_right(times, phase.end)]
+    first, last = bisect_right(times, phase.start), bisect_right(times, phase.end)
+    if first == last:  # shorter than a sampling interval: the hook's own figures only
+        phase.cores_busy_peak = phase.cores_busy_mean
+        phase.rss_peak_bytes = max(phase.rss_start_bytes or 0, phase.rss_end_bytes or 0)
+        return
+    inside = samples[first:last]
     busy = [s.cores_busy for s in inside if s.cores_busy is not None]
     phase.cores_busy_peak = round(max(busy + [phase.cores_busy_mean]), 3)
     rss = [s.rss_bytes for s in inside] + [b for b in (phase.rss_start_bytes, phase.rss_end_bytes) if b]

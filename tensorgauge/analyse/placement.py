@@ -187,7 +187,7 @@ def gpu_unused(f: RunFacts) -> Finding | None:
 def host_device_copies(f: RunFacts) -> Finding | None:
     if not f.job.get("gpus_visible"):
         return None
-    probe = next((e.data for e in f.events if e.kind == Kind.INPUT_PROBE and e.data.get("copies")), None)
+    probe = next((e.data for e in f.of_kind(Kind.INPUT_PROBE) if e.data.get("copies")), None)
     if not probe:
         return None
     steps = max(1, len(probe.get("step_seconds") or []))

@@ -37,15 +37,21 @@ class RunFacts:
         self.host: dict[str, Any] = self.record.env.get("host") or {}
         self.job: dict[str, Any] = self.record.env.get("job") or {}
         self.cores_allowed = float(self.host.get("cores_allowed") or 1)
+        self.by_kind: dict[str, list[Event]] = {}  # one pass over the events for every rule
+        for event in self.events:
+            self.by_kind.setdefault(event.kind, []).append(event)
+
+    def of_kind(self, kind: str) -> list[Event]:
+        return self.by_kind.get(kind, [])
 
     def last(self, kind: str, before: float | None = None) -> dict | None:
         """The payload of the last event of ``kind`` (at or before ``before``)."""
-        found = [e for e in self.events if e.kind == kind and (before is None or e.t <= before + 1e-6)]
+        found = [e for e in self.of_kind(kind) if before is None or e.t <= before + 1e-6]
         return found[-1].data if found else None
 
     def first_ok(self, kind: str) -> dict | None:
         """The payload of the first event of ``kind`` that reports no error."""
-        return next((e.data for e in self.events if e.kind == kind and not e.data.get("error")), None)
+        return next((e.data for e in self.of_kind(kind) if not e.data.get("error")), None)
 
 
 Rule = Callable[[RunFacts], "Finding | Iterable[Finding] | None"]

@@ -116,25 +116,22 @@ def record(command: list[str], options: RecordOptions) -> tuple[int, str]:
             observer.close()
     if result.warning:
         return result.exit_code, result.record.run_id
-    try:
-        report = RunReport.load(store, result.record.run_id)
-    except TensorgaugeError as exc:  # the job's exit code stands whatever became of its record
-        _say(err, f"tensorgauge: warning: {safe(str(exc))}", markup=False)
-        return result.exit_code, result.record.run_id
-    if options.json_path:
+    record_ = result.record
+    if options.json_path:  # the whole report: read back and analysed
         try:
-            write_json(report.to_dict(), options.json_path)
+            write_json(RunReport.load(store, record_.run_id).to_dict(), options.json_path)
         except TensorgaugeError as exc:  # the job's exit code stands; the run is in the store
             _say(err, f"tensorgauge: warning: {safe(str(exc))} (the run is stored: tensorgauge show "
-                      f"{result.record.run_id} --json)")
-    if not options.quiet:
+                      f"{record_.run_id} --json)", markup=False)
+    if not options.quiet:  # from what the monitor saw: no reading back, however long the run
         from tensorgauge.render.terminal import outcome
         from tensorgauge.units import format_bytes, format_seconds
 
-        s = report.summary
-        err.print(f"[dim]tensorgauge: run {result.record.run_id}: {outcome(result.record)}, "
-                  f"{format_seconds(result.record.wall_seconds)} wall, {s.cpu_seconds:.2f} CPU-s, "
-                  f"{s.cores_busy_mean:.2f} cores mean, RSS peak {format_bytes(s.rss_peak_bytes)}, "
-                  f"{len(report.phases)} phases — tensorgauge show {result.record.run_id}[/dim]")
+        wall = record_.wall_seconds or 0.0
+        cpu = record_.cpu_seconds_total or 0.0
+        _say(err, f"[dim]tensorgauge: run {record_.run_id}: {outcome(record_)}, {format_seconds(wall)} wall, "
+                  f"{cpu:.2f} CPU-s, {cpu / wall if wall > 0 else 0.0:.2f} cores mean, RSS peak "
+                  f"{format_bytes(result.rss_peak_bytes)}, {result.phases} phases — tensorgauge show "
+                  f"{record_.run_id}[/dim]")
     store.close()
     return result.exit_code, result.record.run_id

@@ -97,13 +97,16 @@ class Monitor:
         self.observers = list(observers)
         self.report = report or (lambda line: None)
         self.samples_taken = 0
+        self.rss_peak_bytes = 0
         self.warning: str | None = None  # set when recording stopped early
         self._store_failure_told = False
 
     def tick(self, force: bool = False) -> None:
         """One round; ``force``: the last one, after the job ended (commits, takes no sample)."""
         sample = None if force else self.sampler.sample()
-        self.samples_taken += sample is not None
+        if sample is not None:
+            self.samples_taken += 1
+            self.rss_peak_bytes = max(self.rss_peak_bytes, sample.rss_bytes)
         if self.watch is not None and sample is not None and self.kill is not None:
             self.watch.check(sample, self.kill)
         raw = self.events.read_new(everything=force)  # the last tick takes whatever is left

@@ -45,6 +45,7 @@ class Recorder:
         self._events: list[Event] = []
         self._next_commit = 0.0
         self.events_skipped = 0
+        self.phases_begun = 0
         self.seen: list[Event] = []  # events the monitor acts on (budget stops), kept in memory
 
     def add(self, samples: list[Sample], raw_events: list[dict], force: bool = False) -> list[Event]:
@@ -62,6 +63,8 @@ class Recorder:
                 self.store.save_run(self.record)
             self._events.append(event)
             added.append(event)
+            if event.kind == Kind.PHASE_BEGIN:
+                self.phases_begun += 1
             if event.kind.startswith("budget"):
                 self.seen.append(event)
         self._samples.extend(samples)

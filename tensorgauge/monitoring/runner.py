@@ -53,6 +53,8 @@ class RunResult:
     record: RunRecord
     exit_code: int  # what ``tensorgauge run`` exits with
     warning: str | None = None  # recording stopped early (a full disk, a bug): the job ran on
+    rss_peak_bytes: int = 0  # of the samples taken (the end-of-run line needs no reading back)
+    phases: int = 0  # phases begun
 
 
 def new_run_id() -> str:
@@ -225,7 +227,8 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
                    f"{writer.state.samples_lost} of {monitor.samples_taken} samples were lost")
         if report:
             report(warning)
-    return RunResult(record=record, exit_code=exit_code, warning=warning)
+    return RunResult(record=record, exit_code=exit_code, warning=warning, rss_peak_bytes=monitor.rss_peak_bytes,
+                     phases=recorder.phases_begun)
 
 
 def _cwd() -> str | None:

@@ -9,10 +9,11 @@ import re
 
 from tensorgauge.errors import StoreError
 from tensorgauge.store.location import local_data_dir
-from tensorgauge.store.schema import SCHEMA_VERSION, TABLE_COLUMNS, create_statements, missing_columns
+from tensorgauge.store.schema import SCHEMA_VERSION, TABLE_COLUMNS, create_statements, missing_columns, missing_indexes
 from tensorgauge.store.sqlite import check_version
 
-TYPES = {"real": "DOUBLE PRECISION", "int": "BIGINT", "event_id": "id BIGSERIAL PRIMARY KEY, "}
+TYPES = {"real": "DOUBLE PRECISION", "int": "BIGINT", "event_id": "id BIGSERIAL PRIMARY KEY, ",
+         "event_order": "run_id, id"}
 
 
 def redact(url: str) -> str:
@@ -55,6 +56,9 @@ class PostgresBackend:
                             "SELECT column_name FROM information_schema.columns WHERE table_name = %s "
                             "AND table_schema = current_schema()", (table,)).fetchall()}
                         steps += missing_columns(table, present, TYPES)
+                    indexes = {r[0] for r in self.conn.execute(
+                        "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()").fetchall()}
+                    steps += missing_indexes(indexes, TYPES)
                 for statement in steps:
                     self.conn.execute(statement)
                 self.conn.execute("INSERT INTO tensorgauge_meta VALUES ('schema_version', %s) ON CONFLICT (key) "

@@ -11,9 +11,9 @@ from pathlib import Path
 from urllib.parse import quote
 
 from tensorgauge.errors import StoreError
-from tensorgauge.store.schema import SCHEMA_VERSION, TABLE_COLUMNS, create_statements, missing_columns
+from tensorgauge.store.schema import SCHEMA_VERSION, TABLE_COLUMNS, create_statements, missing_columns, missing_indexes
 
-TYPES = {"real": "REAL", "int": "INTEGER", "event_id": ""}
+TYPES = {"real": "REAL", "int": "INTEGER", "event_id": "", "event_order": "run_id"}
 
 
 class SqliteBackend:
@@ -72,6 +72,9 @@ class SqliteBackend:
             for table in TABLE_COLUMNS if version else ():
                 present = {row[1] for row in self.conn.execute(f"PRAGMA table_info({table})")}
                 steps += missing_columns(table, present, TYPES)
+            if version:
+                indexes = {row[0] for row in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+                steps += missing_indexes(indexes, TYPES)
             if steps or version < SCHEMA_VERSION:
                 self.conn.executescript("BEGIN;" + "".join(s + ";" for s in steps)
                                         + f"PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
