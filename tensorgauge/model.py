@@ -143,6 +143,8 @@ class RunRecord:
                                            default=None)
     job_id: str | None = declared("text?", source="runs of one distributed job share it (sources.cluster)",
                                   default=None)
+    events_skipped: int | None = declared("int?", "events", "lines from the job that were not valid events",
+                                          default=None)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -167,7 +169,8 @@ ENV_PARTS = {"host": HOST_FIELDS, "job": JOB_FIELDS, "worker": WORKER_FIELDS}
 BUDGET_FIELDS = {"max_memory_bytes": "int?", "max_cpus": "number?", "max_gpu_memory_bytes": "int?",
                  "soft_memory_bytes": "int?", "stopped": "bool?", "reason": "text?", "checkpoint": "text?",
                  "graceful": "bool?", "peak_bytes": "int?", "peak_t": "number?", "stop_requested_at": "number?",
-                 "enforced_by": "texts?", "gpu_memory_limit": "object?", "gpu_memory_peak_bytes": "int?"}
+                 "enforced_by": "texts?", "gpu_memory_limit": "object?", "gpu_memory_peak_bytes": "int?",
+                 "cores_busy_mean": "number?"}
 GPU_LIMIT_FIELDS = {"gpus": "int?", "error": "text?"}
 
 

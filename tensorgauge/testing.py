@@ -33,10 +33,17 @@ class FakeProcessTree:
     private_calls: int = 0
 
     io_requests: list[bool] = field(default_factory=list)
+    between: list[int] = field(default_factory=list)  # RSS read between samples (rss_now), in turn
+    last_rss: int | None = None
 
     def read(self, io: bool = True) -> TreeReading | None:
         self.io_requests.append(io)
-        return self.readings.pop(0) if self.readings else None
+        reading = self.readings.pop(0) if self.readings else None
+        self.last_rss = reading.rss_bytes if reading else None
+        return reading
+
+    def rss_now(self) -> int | None:
+        return self.between.pop(0) if self.between else self.last_rss
 
     def read_private(self):
         self.private_calls += 1

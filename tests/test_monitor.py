@@ -170,3 +170,12 @@ def test_run_and_monitor_take_fake_sources(tmp_path, monkeypatch):
     inner = store.run(m.run_id)
     assert inner.env["host"]["hostname"] == "in-process" and inner.complete
     assert json.dumps(inner.to_dict())
+
+
+def test_near_the_budget_the_rss_is_read_between_samples_and_the_kill_comes_early(tmp_path):
+    watch = BudgetWatch(Budget(max_memory_bytes=1000), str(tmp_path / "stop"), None)
+    killed: list = []
+    monitor, clock, _ = make(tmp_path, rss=[600] + [700] * 20, watch=watch, kill=lambda: killed.append(clock.now()))
+    monitor.sampler.tree.between = [700, 800, 1100]  # a burst between the first two samples
+    monitor.run(job_ending_after(clock, 0.35, []))
+    assert watch.killed_at == pytest.approx(0.03) and len(killed) == 1  # 30 ms in, not at the next sample

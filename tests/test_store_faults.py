@@ -40,3 +40,37 @@ def test_a_store_locked_for_seconds_holds_up_neither_sampling_nor_the_budget(sto
     assert len(Store.open(store_path).samples(record.run_id)) == record.samples_taken  # nothing lost
     assert not record.samples_lost and record.recording_error is None
     assert "Traceback" not in capsys.readouterr().err
+
+
+FAST = ("import time\n"
+        "held, start = [], time.monotonic()\n"
+        "for i in range(150):  # 1 GB/s in 10 MB steps, up to 1.5 GB\n"
+        "    held.append(bytearray(10 << 20))\n"
+        "    time.sleep(max(0.0, start + (i + 1) * 0.01 - time.monotonic()))\n")
+
+
+def test_without_a_cgroup_a_fast_allocating_job_stays_within_ten_percent(store_path, monkeypatch):
+    """No root, no cgroup: the watchdog reads the tree's RSS between samples once it is near the budget."""
+    monkeypatch.setenv("TENSORGAUGE_NO_CGROUP", "1")
+    assert main(["run", "-q", "--max-memory", "400MiB", "--", sys.executable, "-c", FAST]) == 128 + 9
+    record = Store.open(store_path).run("last")
+    budget = record.budget
+    assert record.tree_source == "procfs" and budget["stopped"] and "killed" in budget["reason"]
+    assert budget["enforced_by"] == ["watchdog (graceful stop at 90%, kill past 100%)",
+                                     "RLIMIT_DATA backstop at 1424 MiB"]
+    assert budget["max_memory_bytes"] < budget["peak_bytes"] <= 1.10 * budget["max_memory_bytes"]
+
+
+def test_the_data_limit_backstop_holds_a_job_whose_monitor_cannot_act(tmp_path):
+    """The monitor stopped (SIGSTOP): without a cgroup, RLIMIT_DATA still ends the runaway."""
+    from tensorgauge.monitoring.budget import BudgetWatch, data_backstop_bytes
+    from tensorgauge.monitoring.limits import Budget
+
+    watch = BudgetWatch(Budget(max_memory_bytes=256 << 20), str(tmp_path / "stop"), None)
+    job = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.readline(); "
+                            "a = [bytearray(10 << 20) for _ in range(400)]"], stdin=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    watch.apply(job.pid, None)  # no cgroup
+    _, err = job.communicate("go\n", timeout=60)
+    assert job.returncode == 1 and "MemoryError" in err  # stopped at 1.25 GiB, not 4 GiB
+    assert data_backstop_bytes(256 << 20) == 1280 << 20

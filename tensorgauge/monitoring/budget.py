@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import resource
 import signal
 from dataclasses import dataclass, field
 
@@ -19,6 +20,17 @@ from tensorgauge.model import Sample
 from tensorgauge.monitoring.limits import Budget, thread_pools
 from tensorgauge.monitoring.run_files import create_private
 from tensorgauge.sources.cgroup import JobCgroup, allowed_cpus
+
+
+def data_backstop_bytes(budget_bytes: int) -> int:
+    """RLIMIT_DATA for a job without a cgroup: well above the budget, since it counts private writable
+    address space, not RSS (a TensorFlow fit on 2 cores: 369 MiB of it beside 526 MiB RSS; 8 MiB of
+    thread stack each on a many-core machine). It stops a runaway that the watchdog missed."""
+    return max(2 * budget_bytes, budget_bytes + (1 << 30))
+
+
+CLOSE_SHARE = 0.5  # of the memory budget, from which the tree's RSS is also read between samples
+CLOSE_CHECK_SECONDS = 0.01  # how often then (reading /proc/PID/statm: ~10 us a process)
 
 
 @dataclass
@@ -64,26 +76,42 @@ class BudgetWatch:
                 self._kernel_caps_memory = True
                 self.enforced_by.append("cgroup memory limit")
             self.enforced_by.append("watchdog (graceful stop at 90%, kill past 100%)")
+            if not self._kernel_caps_memory:
+                backstop = data_backstop_bytes(b.max_memory_bytes)
+                try:  # no cgroup: a last line the kernel holds even if the monitor stalls
+                    resource.prlimit(pid, resource.RLIMIT_DATA, (backstop, backstop))
+                    self.enforced_by.append(f"RLIMIT_DATA backstop at {backstop >> 20} MiB")
+                except (AttributeError, OSError, ValueError):
+                    pass
 
     def check(self, sample: Sample, kill_tree) -> None:
         """Called with every sample: ask for a stop at the soft line, kill past the budget."""
-        if sample.rss_bytes > self.peak_bytes:
-            self.peak_bytes, self.peak_t = sample.rss_bytes, sample.t
         held = [g.job_memory_bytes for g in sample.gpus if g.job_memory_bytes is not None]
         if held and sum(held) > (self.gpu_peak_bytes or 0):
             self.gpu_peak_bytes = sum(held)
+        self.check_memory(sample.rss_bytes, sample.t, kill_tree)
+
+    def check_memory(self, rss_bytes: int, t: float, kill_tree) -> None:
+        """The memory part of :meth:`check`, also called between samples while the job is near its budget."""
+        if rss_bytes > self.peak_bytes:
+            self.peak_bytes, self.peak_t = rss_bytes, t
         limit, soft = self.budget.max_memory_bytes, self.budget.soft_memory_bytes
         if limit is None or soft is None:
             return
-        if sample.rss_bytes >= soft and self.stop_requested_at is None:
-            self.stop_requested_at = sample.t
-            self.reason = (f"memory reached {sample.rss_bytes / limit:.0%} of the budget at {sample.t:.1f} s: "
+        if rss_bytes >= soft and self.stop_requested_at is None:
+            self.stop_requested_at = t
+            self.reason = (f"memory reached {rss_bytes / limit:.0%} of the budget at {t:.1f} s: "
                            "asked the job to checkpoint and stop")
-            create_private(self.stop_file, f"{sample.t}\n")
-        if sample.rss_bytes > limit and self.killed_at is None:
-            self.killed_at = sample.t
-            self.reason = f"memory passed the budget at {sample.t:.1f} s: the job was killed"
+            create_private(self.stop_file, f"{t}\n")
+        if rss_bytes > limit and self.killed_at is None:
+            self.killed_at = t
+            self.reason = f"memory passed the budget at {t:.1f} s: the job was killed"
             kill_tree()
+
+    def watch_closely(self) -> bool:
+        """Near the memory budget (half of it or more): check between samples too."""
+        limit = self.budget.max_memory_bytes
+        return limit is not None and self.killed_at is None and self.peak_bytes >= CLOSE_SHARE * limit
 
     def result(self, exit_status_signal: int | None, exit_code: int | None, oom_killed: bool,
                checkpoint: str | None, gpu_memory_limit: dict | None = None, hook_stopped: bool = False) -> dict:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from tensorgauge.model import Event, Sample
-from tensorgauge.monitoring.budget import BudgetWatch
+from tensorgauge.monitoring.budget import CLOSE_CHECK_SECONDS, BudgetWatch
 from tensorgauge.monitoring.recorder import Recorder
 from tensorgauge.monitoring.sampler import Sampler
 from tensorgauge.sources import Clock, Gpus, ProcessTree, System
@@ -142,7 +142,24 @@ class Monitor:
             now = self.clock.now()
             if deadline < now:  # we fell behind (a stopped machine): do not burst
                 deadline = now + self.interval_seconds
-            if wait_for_end(max(0.0, deadline - self.clock.now())):
+            if self._wait(wait_for_end, max(0.0, deadline - self.clock.now())):
                 break
         self._tick_safely(force=True)
+
+    def _wait(self, wait_for_end: Callable[[float], bool], seconds: float) -> bool:
+        """``wait_for_end(seconds)``; near the memory budget, in slices with the tree's RSS read
+        between them, so a job that allocates fast is caught between samples."""
+        watch, rss_now = self.watch, getattr(self.sampler.tree, "rss_now", None)
+        if watch is None or self.kill is None or rss_now is None or not watch.watch_closely():
+            return wait_for_end(seconds)
+        end = self.clock.now() + seconds
+        while True:
+            left = end - self.clock.now()
+            if wait_for_end(max(0.0, min(left, CLOSE_CHECK_SECONDS))):
+                return True
+            if left <= CLOSE_CHECK_SECONDS:
+                return False
+            rss = rss_now()
+            if rss is not None:
+                watch.check_memory(rss, self.clock.now() - self.sampler.t0, self.kill)
 

@@ -199,6 +199,7 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     record.cpu_seconds_total = max(rusage.ru_utime + rusage.ru_stime, group_cpu)
     record.rss_max_bytes = rusage.ru_maxrss * 1024  # Linux reports KiB
     record.complete = True
+    record.events_skipped = recorder.events_skipped or None
     if os.WIFSIGNALED(status):
         record.signal = os.WTERMSIG(status)
         exit_code = 128 + record.signal
@@ -215,6 +216,8 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
                                      stops[-1].data.get("checkpoint") if stops and not failed else None,
                                      {"gpus": gpu[-1].get("gpus"), "error": gpu[-1].get("error")} if gpu else None,
                                      hook_stopped=bool(stops))
+        if record.wall_seconds:  # what the job really used, to hold against a CPU budget
+            record.budget["cores_busy_mean"] = round(record.cpu_seconds_total / record.wall_seconds, 3)
     writer.save_run(record)
     stored_all = writer.close(store_wait_seconds) and stored_all and not writer.state.samples_lost
     warning = monitor.warning

@@ -102,13 +102,19 @@ def render_budget(console: Console, budget: dict) -> None:
     parts = []
     if budget.get("max_memory_bytes"):
         parts.append(f"memory {format_bytes(budget['max_memory_bytes'])} (peak {format_bytes(budget.get('peak_bytes'))})")
-    if budget.get("max_cpus"):
-        parts.append(f"{budget['max_cpus']:g} CPUs")
+    cpus, used = budget.get("max_cpus"), budget.get("cores_busy_mean")
+    if cpus:
+        over = used is not None and used > cpus * 1.05
+        parts.append(f"{cpus:g} CPUs" + (f" ([red]exceeded: {used:.2f} cores used on average[/red])" if over
+                                         else f" ({used:.2f} used)" if used is not None else ""))
     if budget.get("max_gpu_memory_bytes"):
         parts.append(f"GPU memory {format_bytes(budget['max_gpu_memory_bytes'])}{gpu_budget_note(budget)}")
     enforced = ", ".join(budget.get("enforced_by") or []) or "nothing (no limit could apply)"
     limit, peak = budget.get("max_memory_bytes"), budget.get("peak_bytes")
-    if limit and peak and peak > limit:  # never "enforced" for a budget that was exceeded
+    cpu_over = cpus and used is not None and used > cpus * 1.05
+    if cpu_over and not (limit and peak and peak > limit):
+        console.print(f"  budget   {', '.join(parts)}; tried {safe(enforced)}, which did not hold it")
+    elif limit and peak and peak > limit:  # never "enforced" for a budget that was exceeded
         console.print(f"  budget   {', '.join(parts)}; [red]exceeded by {format_bytes(peak - limit)} "
                       f"({(peak - limit) / limit:.0%})[/red] despite {safe(enforced)}")
     else:
@@ -129,6 +135,8 @@ def render_run(console: Console, report: RunReport) -> None:
     if not r.complete:
         console.print("  [yellow]incomplete: the monitor stopped before the job ended; "
                       "figures cover what was recorded[/yellow]")
+    if r.events_skipped:
+        console.print(f"  [yellow]{r.events_skipped} lines from the job were not valid events and were skipped[/yellow]")
     if r.samples_lost or r.recording_error:
         taken = f"{s.samples} of {r.samples_taken} samples stored" if r.samples_taken else f"{s.samples} samples stored"
         console.print(f"  [yellow]recording: {taken}"

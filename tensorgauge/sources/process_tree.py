@@ -126,6 +126,11 @@ class _Tree:
         self._cpu_max = 0.0
         self._psutil: dict[int, psutil.Process] = {}  # kept: psutil caches per-object state
 
+    def rss_now(self) -> int | None:
+        """The tree's RSS from /proc/PID/statm alone (cheap: read between samples near a memory budget)."""
+        values = [r for r in map(read_rss, self._pids) if r is not None]
+        return sum(values) if values else None
+
     def _forget_ended(self) -> None:
         self._psutil = {pid: p for pid, p in self._psutil.items() if pid in self._pids}
 
