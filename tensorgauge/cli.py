@@ -205,10 +205,12 @@ def main(argv: list[str] | None = None) -> int:
     except TensorgaugeError as exc:
         from tensorgauge.render.text import plain
 
-        print(f"{PROG}: {plain(exc)}", file=sys.stderr)
+        if sys.stderr is not None:
+            print(f"{PROG}: {plain(exc)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
+        if sys.stderr is not None:
+            print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0

@@ -121,3 +121,42 @@ def test_no_hook_leaves_the_job_alone(store_path, tg_cmd, tmp_path):
 def test_python_dash_m_entry_point(tg_cmd):
     result = subprocess.run([*tg_cmd, "--version"], capture_output=True, text=True)
     assert result.returncode == 0 and result.stdout.startswith("tensorgauge ")
+
+
+def test_a_deleted_working_folder_and_a_closed_stderr_do_not_end_the_monitor(store_path, tg_cmd, tmp_path):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    job = "import time, sys; time.sleep(0.5); sys.exit(3)"
+    code = ("import os, subprocess, sys\n"
+            f"os.chdir({str(gone)!r}); os.rmdir({str(gone)!r})\n"
+            f"sys.exit(subprocess.call({[*tg_cmd, 'run', '--', PY, '-c', job]!r}, stderr=subprocess.DEVNULL "
+            "if False else open(os.devnull, 'w')))\n")
+    assert subprocess.run([PY, "-c", code], timeout=60).returncode == 3
+    closed = subprocess.run(f"{shlex.join([*tg_cmd, 'run', '--', PY, '-c', job])} 2>&-", shell=True, timeout=60)
+    assert closed.returncode == 3  # stderr closed: the job's code, not a crash of ours
+    runs = Store.open(store_path).runs()
+    assert [r.exit_code for r in runs] == [3, 3] and runs[0].cwd is None
+
+
+def test_malformed_event_lines_from_the_job_are_skipped_and_counted(store_path, tg_cmd):
+    job = ("import json, os, time\n"
+           "fd = os.open(os.environ['TENSORGAUGE_EVENTS'], os.O_WRONLY | os.O_APPEND)\n"
+           "for line in ('{\"t\": NaN, \"kind\": \"phase_begin\"}', '{\"t\": 1, \"kind\": \"phase_begin\", \"id\": [1]}',"
+           " '{\"t\": 1, \"kind\": \"steps\", \"seconds\": \"many\"}', '[1, 2]', 'garbage'):\n"
+           "    os.write(fd, (line + '\\n').encode())\n"
+           "time.sleep(0.3)\n"
+           "raise SystemExit(5)\n")
+    result = subprocess.run([*tg_cmd, "run", "--", PY, "-c", job], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 5 and "Traceback" not in result.stderr
+    record = Store.open(store_path).run("last")
+    assert record.events_skipped == 3 and record.exit_code == 5  # two lines are not even JSON objects
+    shown = subprocess.run([*tg_cmd, "show", "last"], capture_output=True, text=True)
+    assert "3 lines from the job were not valid events" in shown.stdout
+
+
+def test_runs_shows_every_id_whole_beside_a_long_name(store_path, tg_cmd):
+    subprocess.run([*tg_cmd, "run", "-q", "--name", "n" * 200, "--", "true"], check=True)
+    subprocess.run([*tg_cmd, "run", "-q", "--", "true"], check=True)
+    listing = subprocess.run([*tg_cmd, "runs"], capture_output=True, text=True).stdout
+    for record in Store.open(store_path).runs():
+        assert record.run_id in listing

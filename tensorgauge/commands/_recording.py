@@ -36,7 +36,11 @@ class RecordOptions:
 
 def default_checkpoint_dir(data_dir: Path, command: list[str]) -> Path:
     """One folder per command line and working folder: running it again resumes."""
-    key = hashlib.sha1(json.dumps([str(Path.cwd()), command]).encode()).hexdigest()[:12]
+    try:
+        here = str(Path.cwd())
+    except OSError:  # the working folder was deleted
+        here = os.environ.get("PWD", "")
+    key = hashlib.sha1(json.dumps([here, command]).encode()).hexdigest()[:12]
     return data_dir / "checkpoints" / key
 
 

@@ -22,6 +22,8 @@ def console(stderr: bool = False) -> Console:
     from rich.console import Console
 
     stream = sys.stderr if stderr else sys.stdout
+    if stream is None:  # started with that descriptor closed: print nowhere, never fail for it
+        return Console(file=open(os.devnull, "w"), highlight=False)  # noqa: SIM115 (lives as long as the command)
     # Piped output has no width: rich's default of 80 columns would fold the phase table.
     width = None if stream.isatty() else 132
     return Console(stderr=stderr, highlight=False, width=width)
@@ -38,7 +40,11 @@ def open_store(location: str | None, create: bool = True) -> Store:
     from tensorgauge.store import Store
 
     store = Store.open(location, create=create)
-    store.notify = lambda line: print(f"tensorgauge: note: {plain(line)}", file=sys.stderr)
+    def note(line: str) -> None:
+        if sys.stderr is not None:
+            print(f"tensorgauge: note: {plain(line)}", file=sys.stderr)
+
+    store.notify = note
     return store
 
 

@@ -22,7 +22,7 @@ from tensorgauge.model import RunRecord
 from tensorgauge.monitoring.monitor import Monitor, Sources
 from tensorgauge.monitoring.recorder import Recorder
 from tensorgauge.monitoring.run_files import RunFiles
-from tensorgauge.monitoring.runner import STORE_WAIT_SECONDS, new_run_id
+from tensorgauge.monitoring.runner import STORE_WAIT_SECONDS, _cwd, new_run_id
 from tensorgauge.monitoring.sampler import Sampler
 from tensorgauge.monitoring.writer import StoreWriter
 from tensorgauge.store import Store
@@ -50,7 +50,7 @@ class monitor:
         self._record = RunRecord(
             run_id=self.run_id, name=self.name, command=[sys.executable, *sys.argv],
             started_at=dt.datetime.now().astimezone().isoformat(timespec="milliseconds"),
-            cwd=os.getcwd(), interval_seconds=self.interval_seconds, t0_monotonic=self._t0,
+            cwd=_cwd(), interval_seconds=self.interval_seconds, t0_monotonic=self._t0,
             env={"host": self.sources.host()})
         self._writer = StoreWriter(self._store)  # the job's thread never waits on the store
         self._writer.save_run(self._record)
