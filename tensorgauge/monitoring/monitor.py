@@ -137,6 +137,8 @@ class Monitor:
         ``timeout`` seconds) says the job has ended; then the last, forced tick."""
         deadline = self.clock.now()
         while True:
+            if wait_for_end(0.0):  # ended since the last wait: no sample of a process being reaped
+                break
             self._tick_safely()
             deadline += self.interval_seconds
             now = self.clock.now()

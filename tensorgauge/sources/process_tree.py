@@ -227,12 +227,14 @@ class CgroupProcessTree(_Tree):
         self.cpu_before_seconds = cpu_before_seconds
 
     def read(self, io: bool = True) -> TreeReading | None:
-        self._pids = self.group.pids()
+        # A member with no resident memory has exited and waits to be reaped (a zombie): not counted.
+        resident = [(pid, rss) for pid in self.group.pids() if (rss := read_rss(pid))]
+        self._pids = [pid for pid, _ in resident]
         self._forget_ended()
         cpu = self.group.cpu_seconds()
         if not self._pids or cpu is None:
             return None
-        rss = sum(r for r in map(read_rss, self._pids) if r)
+        rss = sum(r for _, r in resident)
         threads = self.group.threads() or len(self._pids)
         read_bytes, write_bytes = self._io(self._pids) if io else (None, None)
         return TreeReading(cpu_seconds=self._monotonic_cpu(self.cpu_before_seconds + cpu), rss_bytes=rss,
