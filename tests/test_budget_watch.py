@@ -138,3 +138,24 @@ def test_exit_75_alone_or_a_kill_is_no_resumable_budget_stop(tmp_path):
     killed.check(sample(1.0, 1200 * MIB), lambda: None)
     result = killed.result(9, None, False, "/ckpt")
     assert result["stopped"] and not result["graceful"] and result["checkpoint"] is None
+
+
+def test_show_says_a_budget_was_exceeded_never_enforced():
+    import io
+
+    from rich.console import Console
+
+    from tensorgauge.render.terminal import render_budget
+
+    def shown(budget):
+        console = Console(file=io.StringIO(), width=300)
+        render_budget(console, budget)
+        return console.file.getvalue()
+
+    cpus = shown({"max_cpus": 1.5, "cores_busy_mean": 1.92, "enforced_by": ["affinity [0, 1]"]})
+    assert "exceeded: 1.92 cores used on average" in cpus and "enforced by" not in cpus
+    memory = shown({"max_memory_bytes": 200 * MIB, "peak_bytes": 408 * MIB, "enforced_by": ["watchdog"]})
+    assert "exceeded by 208.0 MiB (104%)" in memory and "enforced by" not in memory
+    held = shown({"max_memory_bytes": 200 * MIB, "peak_bytes": 150 * MIB, "max_cpus": 1.0, "cores_busy_mean": 0.98,
+                  "enforced_by": ["cgroup memory limit"]})
+    assert "enforced by cgroup memory limit" in held and "exceeded" not in held

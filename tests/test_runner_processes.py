@@ -33,7 +33,7 @@ def wait_for(path, timeout=20.0):
 
 
 @pytest.mark.parametrize("wrapped", [False, True])
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT])
 def test_a_signal_to_the_monitor_reaches_the_whole_tree_and_the_run_finishes(store_path, tg_cmd, tmp_path, sig,
                                                                              wrapped):
     """Also under a wrapper (`sh -c`, `bash train.sh`): the real job is a grandchild and gets it too."""

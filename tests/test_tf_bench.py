@@ -15,8 +15,11 @@ pytestmark = [needs_tf, pytest.mark.tf]
 def test_bench_twice_then_compare_names_cpus_and_onednn(store_path, tg_cmd, tmp_path):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    env["TMPDIR"] = str(tmp_path / "tmp")  # to see what the suite leaves behind
+    os.mkdir(env["TMPDIR"])
     first = subprocess.run([*tg_cmd, "bench", "--quick", "-o", str(a)], env=env, capture_output=True, text=True)
     assert first.returncode == 0, first.stderr[-2000:]
+    assert [p for p in os.listdir(env["TMPDIR"]) if p.startswith("tensorgauge-bench-")] == []  # removed
     assert "tensorgauge bench: numpy matmul 1000" in first.stderr  # progress is shown
     restricted = {**env, "TF_ENABLE_ONEDNN_OPTS": "0"}
     second = subprocess.run(["taskset", "-c", "0", *tg_cmd, "bench", "--quick", "-o", str(b)], env=restricted,
