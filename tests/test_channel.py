@@ -42,7 +42,7 @@ def test_many_processes_append_without_interleaving(tmp_path):
             "[c.emit('steps', seconds=[0.001] * 200, ends=[1.0] * 200) for _ in range(200)]")
     procs = [subprocess.Popen([sys.executable, "-c", code, path]) for _ in range(4)]
     assert all(p.wait() == 0 for p in procs)
-    events = EventReader(path).read_new()
+    events = EventReader(path).read_new(everything=True)
     assert len(events) == 800
     assert all(len(e["seconds"]) == 200 for e in events)
 

@@ -100,7 +100,7 @@ class EventReader:
     ``max_bytes`` a call: a burst of events from the job is read over several ticks
     instead of stalling one."""
 
-    def __init__(self, path: str, max_bytes: int = 4 << 20):
+    def __init__(self, path: str, max_bytes: int = 1 << 20):
         self.path = path
         self.max_bytes = max_bytes
         self._offset = 0
