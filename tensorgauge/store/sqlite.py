@@ -55,10 +55,16 @@ class SqliteBackend:
             else:
                 self.conn = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
             self.conn.execute("PRAGMA busy_timeout = 30000")
-            version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+            # One snapshot: another monitor may be creating this very store at the same moment.
+            self.conn.execute("BEGIN")
+            try:
+                version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+                runs_columns = {row[1] for row in self.conn.execute("PRAGMA table_info(runs)")}
+                tables = self.conn.execute("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0]
+            finally:
+                self.conn.execute("COMMIT")
             check_version(version, self.location)
-            tables = {row[0] for row in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if tables and "runs" not in tables or version == 0 and tables:
+            if tables and not {"run_id", "started_at", "record"} <= runs_columns:
                 raise StoreError(f"{path} is an SQLite database of something else, not a tensorgauge store "
                                  "(left untouched)")
             if self.read_only:
