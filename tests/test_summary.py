@@ -53,6 +53,11 @@ def test_account_names_import_dominance_and_phase_cpu_contrast():
     assert "Importing TensorFlow (2.00 s) took longer than training (500.0 ms)" in text
     assert "fit kept 1.80 cores busy, predict only 0.20" in text
     assert "outside any phase" not in text  # 0.3 s of 3.8 s is under the 10% line
+    assert "drop after saving" not in text  # nothing was saved: no word about saving
+    events += [ev("phase_begin", 3.5, 4, name="save m.keras", phase_kind="save", cpu=3.1),
+               ev("phase_end", 3.6, 4, cpu=3.15)]
+    saved = "\n".join(account(build_phases(events, [], end=3.8), summary, 3.8, 2.0))
+    assert "A drop after saving is the job moving to lighter work, not the save." in saved
 
 
 def test_account_without_phases():

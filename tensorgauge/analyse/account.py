@@ -72,8 +72,10 @@ def account(phases: list[Phase], summary: Summary, wall_seconds: float, cores_al
         hi = max(busy, key=lambda k: k[1])
         lo = min(busy, key=lambda k: k[1])
         if hi[1] > 1.5 * lo[1] and hi[1] - lo[1] > 0.25:
+            # The seed's question (why CPU drops after saving) only where the job saved something.
+            saved = " A drop after saving is the job moving to lighter work, not the save." if "save" in totals else ""
             lines.append(f"CPU use follows the phase: {hi[0]} kept {hi[1]:.2f} cores busy, {lo[0]} only "
-                         f"{lo[1]:.2f}. A drop after saving is the job moving to lighter work, not the save.")
+                         f"{lo[1]:.2f}.{saved}")
 
     peak = max(phases, key=lambda p: p.rss_peak_bytes)
     lines.append(f"Memory peaked during '{peak.name}' at {format_bytes(peak.rss_peak_bytes)}.")
