@@ -11,7 +11,7 @@ are all derived from these declarations (see :mod:`tensorgauge.checks`).
 from __future__ import annotations
 
 from dataclasses import MISSING, asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, TypeVar
 
 RUN_SCHEMA = "tensorgauge.run/1"
 
@@ -29,6 +29,22 @@ def _from_dict(cls, data: dict[str, Any]):
     return cls(**{k: v for k, v in data.items() if k in names})
 
 
+class Record:
+    """What every stored record has: its dict form and back (keys this version does not know are left out)."""
+
+    __slots__ = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload]  # every subclass is a dataclass
+
+    @classmethod
+    def from_dict(cls: type[R], data: dict[str, Any]) -> R:
+        return _from_dict(cls, data)
+
+
+R = TypeVar("R", bound=Record)
+
+
 def declared(kind: str, unit: str | None = None, source: str = "", default: Any = MISSING,
              default_factory: Any = MISSING, item: type | None = None) -> Any:
     """A field with its kind (see :data:`tensorgauge.checks.KINDS`; ``?``: may be None),
@@ -38,7 +54,7 @@ def declared(kind: str, unit: str | None = None, source: str = "", default: Any 
 
 
 @dataclass(slots=True)
-class GpuReading:
+class GpuReading(Record):
     """One GPU at one instant, as NVML reports it (None: not reported)."""
 
     index: int = declared("int", source="NVML device index")
@@ -49,13 +65,6 @@ class GpuReading:
     power_watts: float | None = declared("number?", "W", "NVML", default=None)
     job_memory_bytes: int | None = declared("int?", "bytes", "NVML per process, summed over the job's tree",
                                             default=None)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> GpuReading:
-        return _from_dict(cls, data)
 
 
 @dataclass(slots=True)
@@ -94,7 +103,7 @@ class Sample:
 
 
 @dataclass(slots=True)
-class Event:
+class Event(Record):
     """A message from the hook inside the job (phase begin/end, steps, facts):
     ``data`` is the payload :mod:`tensorgauge.hook.protocol` declares for ``kind``."""
 
@@ -103,16 +112,9 @@ class Event:
     kind: str = declared("text", source="tensorgauge.hook.protocol.Kind")
     data: dict[str, Any] = declared("object", source="tensorgauge.hook.protocol.PAYLOADS", default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Event:
-        return _from_dict(cls, data)
-
 
 @dataclass
-class RunRecord:
+class RunRecord(Record):
     """What the store keeps about one run, apart from its samples and events."""
 
     run_id: str = declared("text", source="monitor")
@@ -145,13 +147,6 @@ class RunRecord:
                                   default=None)
     events_skipped: int | None = declared("int?", "events", "lines from the job that were not valid events",
                                           default=None)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunRecord:
-        return _from_dict(cls, data)
 
 
 # The parts of RunRecord.env and RunRecord.budget that tensorgauge reads (other keys are kept, never read).

@@ -289,10 +289,6 @@ class _Terminal:
             _set_foreground(self.fd, self.pgid)
             self.fd = None
 
-    @property
-    def owned_by_job(self) -> bool:
-        return self.fd is not None
-
 
 def _set_foreground(fd: int, pgid: int) -> None:
     """``tcsetpgrp`` from a process that may be in the background (SIGTTOU ignored meanwhile)."""
