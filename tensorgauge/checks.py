@@ -18,6 +18,7 @@ from typing import Any, Union
 
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.hook.protocol import PAYLOADS
+from tensorgauge.model import GpuReading, Sample
 
 KINDS = {"number": "a number", "int": "an integer", "bool": "true or false", "text": "text",
          "texts": "a list of texts", "numbers": "a list of numbers", "ints": "a list of integers",
@@ -95,6 +96,22 @@ def check_record(cls: type, obj: Any, where: str) -> dict:
         if item is not None:
             for i, element in enumerate(obj.get(f.name) or []):
                 check_record(item, element, f"{where}.{f.name}[{i}]")
+    return obj
+
+
+SAMPLE_EXACT = 1 << 53  # samples are stored as float64 columns (tensorgauge.series): exact up to here
+
+
+def check_sample(obj: Any, where: str) -> dict:
+    """A sample's dict form: its declared kinds, numbers the store keeps exactly, one reading per GPU."""
+    check_record(Sample, obj, where)
+    for name, value in [(n, obj.get(n)) for n in record_spec(Sample)] + [
+            (f"gpus[{i}].{n}", g.get(n)) for i, g in enumerate(obj.get("gpus") or []) for n in record_spec(GpuReading)]:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) >= SAMPLE_EXACT:
+            raise ValidationError(f"{where}.{name} is too large for a sample (at most 2**53)")
+    indexes = [g.get("index") for g in obj.get("gpus") or []]
+    if len(set(indexes)) != len(indexes):
+        raise ValidationError(f"{where}.gpus has more than one reading of a GPU")
     return obj
 
 

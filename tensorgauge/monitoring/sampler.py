@@ -41,11 +41,11 @@ class Sampler:
         tree = self.tree.read(io=slow)
         if tree is None:
             return None
-        t = now - self.t0
-        cpu = tree.cpu_seconds - self.cpu_baseline
+        t = round(now - self.t0, 6)  # microseconds: what a 10 Hz sample can mean, and it stores in 2 bytes
+        cpu = round(tree.cpu_seconds - self.cpu_baseline, 6)
         cores_busy = None
         if self._last_cpu is not None and t > self._last_cpu[0]:
-            cores_busy = max(0.0, (cpu - self._last_cpu[1]) / (t - self._last_cpu[0]))
+            cores_busy = round(max(0.0, (cpu - self._last_cpu[1]) / (t - self._last_cpu[0])), 4)
         self._last_cpu = (t, cpu)
 
         uss = pss = None

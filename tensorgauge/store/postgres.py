@@ -8,11 +8,11 @@ from __future__ import annotations
 import re
 
 from tensorgauge.errors import StoreError
+from tensorgauge.store import schema
 from tensorgauge.store.location import local_data_dir
-from tensorgauge.store.schema import SCHEMA_VERSION, TABLE_COLUMNS, create_statements, missing_columns, missing_indexes
 from tensorgauge.store.sqlite import check_version
 
-TYPES = {"real": "DOUBLE PRECISION", "int": "BIGINT", "event_id": "id BIGSERIAL PRIMARY KEY, ",
+TYPES = {"blob": "BYTEA", "real": "DOUBLE PRECISION", "int": "BIGINT", "event_id": "id BIGSERIAL PRIMARY KEY, ",
          "event_order": "run_id, id"}
 
 
@@ -24,6 +24,8 @@ def redact(url: str) -> str:
 
 class PostgresBackend:
     event_order = "id"
+    chunked = True
+    read_only = False
 
     def __init__(self, url: str, create: bool):
         try:
@@ -48,21 +50,21 @@ class PostgresBackend:
                 if version == 0:
                     if not create:
                         raise StoreError(f"no run store at {self.location} (record a run with 'tensorgauge run')")
-                    steps = create_statements(TYPES)
+                    steps = schema.create_statements(TYPES)
                 else:
-                    steps = []
-                    for table in TABLE_COLUMNS:
+                    steps = schema.added_in_3(TYPES) if version < 3 else []
+                    for table in schema.TABLE_COLUMNS:
                         present = {r[0] for r in self.conn.execute(
                             "SELECT column_name FROM information_schema.columns WHERE table_name = %s "
                             "AND table_schema = current_schema()", (table,)).fetchall()}
-                        steps += missing_columns(table, present, TYPES)
+                        steps += schema.missing_columns(table, present, TYPES)
                     indexes = {r[0] for r in self.conn.execute(
                         "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()").fetchall()}
-                    steps += missing_indexes(indexes, TYPES)
+                    steps += schema.missing_indexes(indexes, TYPES)
                 for statement in steps:
                     self.conn.execute(statement)
                 self.conn.execute("INSERT INTO tensorgauge_meta VALUES ('schema_version', %s) ON CONFLICT (key) "
-                                  "DO UPDATE SET value = excluded.value", (str(SCHEMA_VERSION),))
+                                  "DO UPDATE SET value = excluded.value", (str(schema.SCHEMA_VERSION),))
         except psycopg.Error as exc:
             raise StoreError(f"store {self.location} is not usable ({str(exc).strip().splitlines()[0]})") from None
 

@@ -1,11 +1,14 @@
 """The run store, written while the job runs: SQLite in WAL mode by default
 (:mod:`.sqlite`), or PostgreSQL for many workers (:mod:`.postgres`).
 
-Every run lives in three tables: ``runs`` (one JSON record each), ``samples``
-and ``events`` (one column per declared field, see :mod:`.schema`). Each commit
-is one transaction, so a crash of the job or the monitor keeps everything up
-to it; a run whose monitor died stays marked incomplete. Rows are decoded by
-column name, and a run record is checked against its declaration when read.
+Every run lives in ``runs`` (one JSON record each), ``samples`` and ``events``
+(one column per declared field, see :mod:`.schema`). Sample rows are moved into
+compressed ``sample_chunks`` a minute at a time (:data:`CHUNK_SAMPLES`), and
+the rest when the run ends: a day is ~11 MB, not ~460 MB. Each commit is one
+transaction, so a crash of the job or the monitor keeps everything up to it; a
+run whose monitor died stays marked incomplete (its rows are chunked the first
+time it is analysed). Rows are decoded by column name, and a run record is
+checked against its declaration when read.
 """
 
 from __future__ import annotations
@@ -15,20 +18,26 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tensorgauge.checks import ValidationError, check_record
 from tensorgauge.errors import StoreError, UnknownRunError
+from tensorgauge.hook.protocol import Kind
 from tensorgauge.model import Event, GpuReading, RunRecord, Sample
 from tensorgauge.store.location import default_store_path, is_url
 from tensorgauge.store.postgres import PostgresBackend
-from tensorgauge.store.schema import EVENT_COLUMNS, SAMPLE_COLUMNS, Column
+from tensorgauge.store.schema import CHUNK_SAMPLES, EVENT_COLUMNS, SAMPLE_COLUMNS, Column
 from tensorgauge.store.sqlite import SqliteBackend
+
+if TYPE_CHECKING:  # numpy loads when samples are read or chunked, not to read a run's record or analysis
+    from tensorgauge.series import SampleSeries
 
 _SAMPLE_NAMES = ", ".join(c.name for c in SAMPLE_COLUMNS)
 _EVENT_NAMES = ", ".join(c.name for c in EVENT_COLUMNS)
 _INSERT_SAMPLE = f"INSERT INTO samples (run_id, {_SAMPLE_NAMES}) VALUES (?{', ?' * len(SAMPLE_COLUMNS)})"
 _INSERT_EVENT = f"INSERT INTO events (run_id, {_EVENT_NAMES}) VALUES (?{', ?' * len(EVENT_COLUMNS)})"
+_INSERT_CHUNK = ("INSERT INTO sample_chunks (run_id, first_t, last_t, count, rss_peak_bytes, data) "
+                 "VALUES (?, ?, ?, ?, ?, ?)")
 _UPSERT_RUN = ("INSERT INTO runs (run_id, started_at, record) VALUES (?, ?, ?) "
                "ON CONFLICT (run_id) DO UPDATE SET started_at = excluded.started_at, record = excluded.record")
 
@@ -42,6 +51,7 @@ class Store:
         self.notify: Callable[[str], None] | None = None  # told when a name picks one of several runs
         self.location = backend.location  # for messages (a URL without its password)
         self.data_dir = backend.data_dir  # where checkpoints and reports go beside the store
+        self._rows: dict[str, int] = {}  # sample rows this store added per run and has not chunked yet
 
     @property
     def conn(self):
@@ -75,9 +85,13 @@ class Store:
         with self._writing() as db:
             if create:
                 db.execute(_UPSERT_RUN, (record.run_id, record.started_at, json.dumps(record.to_dict())))
-                return True
-            return db.execute("UPDATE runs SET started_at = ?, record = ? WHERE run_id = ?",
-                              (record.started_at, json.dumps(record.to_dict()), record.run_id)) > 0
+                saved = True
+            else:
+                saved = db.execute("UPDATE runs SET started_at = ?, record = ? WHERE run_id = ?",
+                                   (record.started_at, json.dumps(record.to_dict()), record.run_id)) > 0
+        if saved and record.complete:  # the run has ended: its last rows join the chunks
+            self.compact(record.run_id)
+        return saved
 
     def add(self, run_id: str, samples: list[Sample], events: list[Event]) -> None:
         """Append samples and events in one transaction."""
@@ -88,20 +102,59 @@ class Store:
                 db.executemany(_INSERT_SAMPLE, [(run_id, *_row(SAMPLE_COLUMNS, s)) for s in samples])
             if events:
                 db.executemany(_INSERT_EVENT, [(run_id, *_row(EVENT_COLUMNS, e)) for e in events])
+        if samples:
+            self._rows[run_id] = self._rows.get(run_id, 0) + len(samples)
+            if self._rows[run_id] >= CHUNK_SAMPLES:
+                self.compact(run_id)
 
-    def import_run(self, record: RunRecord, samples: list[Sample], events: list[Event]) -> None:
+    def compact(self, run_id: str) -> None:
+        """Move the run's sample rows into compressed chunks of :data:`CHUNK_SAMPLES`, in one transaction."""
+        self._rows[run_id] = 0
+        if not self.backend.chunked or self.backend.read_only:
+            return
+        from tensorgauge.series import SampleSeries
+
+        with self._writing() as db:
+            rows = db.query(f"SELECT {_SAMPLE_NAMES} FROM samples WHERE run_id = ? ORDER BY t", (run_id,))
+            if not rows:
+                return
+            db.executemany(_INSERT_CHUNK, _chunk_rows(run_id, SampleSeries.from_samples(_samples(rows, self.location))))
+            db.execute("DELETE FROM samples WHERE run_id = ?", (run_id,))
+
+    def import_run(self, record: RunRecord, samples: list[Sample] | SampleSeries, events: list[Event],
+                   analysis: tuple[str, dict] | None = None) -> None:
         """Insert a whole run in one transaction: all of it or, on any error, nothing."""
+        from tensorgauge.series import SampleSeries
+
         if self._query("SELECT 1 FROM runs WHERE run_id = ?", (record.run_id,)):
             raise StoreError(f"run {record.run_id} is already in store {self.location}")
+        series = samples if isinstance(samples, SampleSeries) else SampleSeries.from_samples(samples)
         with self._writing() as db:
             db.execute("INSERT INTO runs (run_id, started_at, record) VALUES (?, ?, ?)",
                        (record.run_id, record.started_at, json.dumps(record.to_dict())))
-            db.executemany(_INSERT_SAMPLE, [(record.run_id, *_row(SAMPLE_COLUMNS, s)) for s in samples])
+            if self.backend.chunked:
+                db.executemany(_INSERT_CHUNK, _chunk_rows(record.run_id, series))
+            else:
+                db.executemany(_INSERT_SAMPLE, [(record.run_id, *_row(SAMPLE_COLUMNS, s))
+                                                for s in series.to_samples()])
             db.executemany(_INSERT_EVENT, [(record.run_id, *_row(EVENT_COLUMNS, e)) for e in events])
+            if analysis is not None and self.backend.chunked:
+                db.execute("INSERT INTO analyses (run_id, key, doc) VALUES (?, ?, ?)",
+                           (record.run_id, analysis[0], json.dumps(analysis[1])))
+
+    def save_analysis(self, run_id: str, key: str, doc: dict) -> None:
+        """Keep a finished run's analysis (``key``: what it was computed from), and chunk its rows."""
+        if not self.backend.chunked or self.backend.read_only:
+            return
+        with self._writing() as db:
+            db.execute("DELETE FROM analyses WHERE run_id = ?", (run_id,))
+            db.execute("INSERT INTO analyses (run_id, key, doc) VALUES (?, ?, ?)", (run_id, key, json.dumps(doc)))
+        self.compact(run_id)
 
     def delete_run(self, run_id: str) -> None:
+        tables = ("samples", "events", "runs") + (("sample_chunks", "analyses") if self.backend.chunked else ())
         with self._writing("delete from") as db:
-            for table in ("samples", "events", "runs"):
+            for table in tables:
                 db.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
 
     # -- reading ---------------------------------------------------------------
@@ -142,20 +195,72 @@ class Store:
             raise UnknownRunError(f"'{ref}' matches {len(rows)} runs; give more of the id")
         return _record(rows[0][0], self.location)
 
-    def samples(self, run_id: str) -> list[Sample]:
-        rows = self._query(f"SELECT {_SAMPLE_NAMES} FROM samples WHERE run_id = ? ORDER BY t", (run_id,))
-        values = _decode(SAMPLE_COLUMNS, rows)
-        try:
-            for v in values:
-                if v["gpus"]:
-                    v["gpus"] = [GpuReading.from_dict(g) for g in v["gpus"]]
-            samples = [Sample(**v) for v in values]
-        except (TypeError, AttributeError) as exc:
-            raise StoreError(f"store {self.location} holds a damaged sample ({exc})") from None
-        return samples
+    def series(self, run_id: str, start: float | None = None, end: float | None = None) -> SampleSeries:
+        """The run's samples (those with ``start <= t <= end``) as columns, at full resolution."""
+        import numpy as np
 
-    def events(self, run_id: str) -> list[Event]:
-        rows = self._query(f"SELECT {_EVENT_NAMES} FROM events WHERE run_id = ? "
+        from tensorgauge.series import SampleSeries
+        from tensorgauge.store import chunks
+
+        window = ""
+        args: list[Any] = [run_id]
+        if start is not None:
+            window, args = window + " AND last_t >= ?", args + [start]
+        if end is not None:
+            window, args = window + " AND first_t <= ?", args + [end]
+        parts = []
+        if self.backend.chunked:
+            for (blob,) in self._query(f"SELECT data FROM sample_chunks WHERE run_id = ?{window} ORDER BY first_t",
+                                       tuple(args)):
+                try:
+                    parts.append(chunks.decode(bytes(blob)))
+                except Exception as exc:  # zstd's error, a truncated blob: one message, not a traceback
+                    raise StoreError(f"store {self.location} holds a damaged sample chunk "
+                                     f"({type(exc).__name__}: {exc})") from None
+        rows = self._query(f"SELECT {_SAMPLE_NAMES} FROM samples WHERE run_id = ?"
+                           + (" AND t >= ?" if start is not None else "") + (" AND t <= ?" if end is not None else "")
+                           + " ORDER BY t", tuple(a for a in (run_id, start, end) if a is not None))
+        parts.append(SampleSeries.from_samples(_samples(rows, self.location)))
+        series = SampleSeries.concat(parts)
+        if len(series) > 1 and np.any(np.diff(series.t) < 0):
+            series = series.take(np.argsort(series.t, kind="stable"))
+        if start is not None or end is not None:
+            series = series.between(-np.inf if start is None else start, np.inf if end is None else end)
+        return series
+
+    def samples(self, run_id: str, start: float | None = None, end: float | None = None) -> list[Sample]:
+        """The run's samples as records: for a window, or a short run (a day is 864,000 of them)."""
+        return self.series(run_id, start, end).to_samples()
+
+    def sample_blobs(self, run_id: str) -> list[bytes]:
+        """The run's samples as compressed chunks: those stored, and its rows (not yet chunked) encoded."""
+        from tensorgauge.series import SampleSeries
+        from tensorgauge.store import chunks
+
+        blobs = [bytes(b) for (b,) in self._query("SELECT data FROM sample_chunks WHERE run_id = ? ORDER BY first_t",
+                                                  (run_id,))] if self.backend.chunked else []
+        rows = self._query(f"SELECT {_SAMPLE_NAMES} FROM samples WHERE run_id = ? ORDER BY t", (run_id,))
+        return blobs + [row[-1] for row in chunks.split(SampleSeries.from_samples(_samples(rows, self.location)))]
+
+    def sample_count(self, run_id: str) -> int:
+        return self.peaks(run_id).get(run_id, (None, 0))[1]
+
+    def analysis(self, run_id: str) -> tuple[str, dict] | None:
+        """(key, document) of the run's stored analysis, or None."""
+        if not self.backend.chunked:
+            return None
+        rows = self._query("SELECT key, doc FROM analyses WHERE run_id = ?", (run_id,))
+        if not rows:
+            return None
+        try:
+            return rows[0][0], json.loads(rows[0][1])
+        except ValueError:
+            return None  # damaged: analysed again from the data
+
+    def events(self, run_id: str, step_digests: bool = True) -> list[Event]:
+        """The run's events in the order written; without ``step_digest`` ones unless ``step_digests``."""
+        skip = "" if step_digests else f" AND kind <> '{Kind.STEP_DIGEST}'"
+        rows = self._query(f"SELECT {_EVENT_NAMES} FROM events WHERE run_id = ?{skip} "
                            f"ORDER BY {self.backend.event_order}", (run_id,))
         # Built straight from the rows (a run with 100,000 phases has 200,000 events), by column name.
         at = {c.name: i for i, c in enumerate(EVENT_COLUMNS)}
@@ -163,10 +268,38 @@ class Store:
         payloads = _json_column([row[data] for row in rows])
         return [Event(row[t], row[pid], row[kind], payload or {}) for row, payload in zip(rows, payloads)]
 
-    def peaks(self) -> dict[str, tuple[int | None, int]]:
-        """run_id -> (peak RSS bytes, number of samples), for listings."""
-        rows = self._query("SELECT run_id, MAX(rss_bytes), COUNT(*) FROM samples GROUP BY run_id")
-        return {run_id: (peak, count) for run_id, peak, count in rows}
+    def peaks(self, run_id: str | None = None) -> dict[str, tuple[int | None, int]]:
+        """run_id -> (peak RSS bytes, number of samples), for listings (of one run with ``run_id``)."""
+        where, args = (" WHERE run_id = ?", (run_id,)) if run_id is not None else ("", ())
+        out: dict[str, tuple[int | None, int]] = {}
+        queries = ["SELECT run_id, MAX(rss_bytes), COUNT(*) FROM samples{} GROUP BY run_id"]
+        if self.backend.chunked:
+            queries.append("SELECT run_id, MAX(rss_peak_bytes), SUM(count) FROM sample_chunks{} GROUP BY run_id")
+        for sql in queries:
+            for rid, peak, count in self._query(sql.format(where), args):
+                old_peak, old_count = out.get(rid, (None, 0))
+                peaks = [p for p in (old_peak, peak) if p is not None]
+                out[rid] = (max(peaks) if peaks else None, old_count + int(count or 0))
+        return out
+
+
+def _samples(rows: list[tuple], location: str) -> list[Sample]:
+    """Sample rows as records."""
+    values = _decode(SAMPLE_COLUMNS, rows)
+    try:
+        for v in values:
+            if v["gpus"]:
+                v["gpus"] = [GpuReading.from_dict(g) for g in v["gpus"]]
+        return [Sample(**v) for v in values]
+    except (TypeError, AttributeError) as exc:
+        raise StoreError(f"store {location} holds a damaged sample ({exc})") from None
+
+
+def _chunk_rows(run_id: str, series: SampleSeries) -> list[tuple]:
+    """``sample_chunks`` rows of :data:`~.schema.CHUNK_SAMPLES` samples each."""
+    from tensorgauge.store import chunks
+
+    return [(run_id, *row) for row in chunks.split(series)]
 
 
 def _record(text: str, location: str) -> RunRecord:
@@ -216,3 +349,4 @@ def _json_column(texts: list) -> list:
     except ValueError as exc:
         raise StoreError(f"the store holds damaged JSON ({exc})") from None
     return [next(parsed) if t else None for t in texts]
+

@@ -3,8 +3,11 @@
 ``samples`` has one column per :class:`~tensorgauge.model.Sample` field and
 ``events`` one per :class:`~tensorgauge.model.Event` field (numbers and integers
 as such, anything else as JSON text); ``runs`` keeps each
-:class:`~tensorgauge.model.RunRecord` as one JSON document. A store written by
-an older version gains the columns it lacks when it is opened (:func:`missing_columns`):
+:class:`~tensorgauge.model.RunRecord` as one JSON document. Samples are rows
+only for a minute: ``sample_chunks`` holds them compressed, a minute a row
+(:mod:`.chunks`). ``analyses`` keeps each finished run's analysis, so reading
+a run does not grow with its length. A store written by an older version gains
+the tables, columns and indexes it lacks when it is opened (:func:`missing_columns`):
 adding a field to ``Sample`` needs no migration written by hand.
 """
 
@@ -14,7 +17,8 @@ from dataclasses import MISSING, dataclass, fields
 
 from tensorgauge.model import Event, Sample
 
-SCHEMA_VERSION = 2  # 1: no `runnable` column; 2: columns derived from the model
+CHUNK_SAMPLES = 600  # samples in a row of sample_chunks: a minute at 10 Hz, ~7 KB compressed
+SCHEMA_VERSION = 3  # 1: no `runnable` column; 2: columns derived from the model; 3: sample chunks, analyses
 
 
 @dataclass(frozen=True)
@@ -53,7 +57,19 @@ def create_statements(types: dict[str, str]) -> list[str]:
         f"CREATE TABLE IF NOT EXISTS samples (run_id TEXT NOT NULL, {samples})",
         "CREATE INDEX IF NOT EXISTS samples_run ON samples (run_id, t)",
         f"CREATE TABLE IF NOT EXISTS events ({types['event_id']}run_id TEXT NOT NULL, {events})",
+        *added_in_3(types),
         *missing_indexes(set(), types),
+    ]
+
+
+def added_in_3(types: dict[str, str]) -> list[str]:
+    """Samples a minute a row, compressed; each finished run's analysis (``key``: what it was computed from)."""
+    return [
+        f"CREATE TABLE IF NOT EXISTS sample_chunks (run_id TEXT NOT NULL, first_t {types['real']} NOT NULL, "
+        f"last_t {types['real']} NOT NULL, count {types['int']} NOT NULL, rss_peak_bytes {types['int']}, "
+        f"data {types['blob']} NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS sample_chunks_run ON sample_chunks (run_id, first_t)",
+        "CREATE TABLE IF NOT EXISTS analyses (run_id TEXT PRIMARY KEY, key TEXT NOT NULL, doc TEXT NOT NULL)",
     ]
 
 

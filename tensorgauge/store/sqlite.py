@@ -11,9 +11,9 @@ from pathlib import Path
 from urllib.parse import quote
 
 from tensorgauge.errors import StoreError
-from tensorgauge.store.schema import SCHEMA_VERSION, TABLE_COLUMNS, create_statements, missing_columns, missing_indexes
+from tensorgauge.store import schema
 
-TYPES = {"real": "REAL", "int": "INTEGER", "event_id": "", "event_order": "run_id"}
+TYPES = {"blob": "BLOB", "real": "REAL", "int": "INTEGER", "event_id": "", "event_order": "run_id"}
 
 
 class SqliteBackend:
@@ -60,30 +60,33 @@ class SqliteBackend:
             try:
                 version = self.conn.execute("PRAGMA user_version").fetchone()[0]
                 runs_columns = {row[1] for row in self.conn.execute("PRAGMA table_info(runs)")}
-                tables = self.conn.execute("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0]
+                names = {row[0] for row in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             finally:
                 self.conn.execute("COMMIT")
             check_version(version, self.location)
-            if tables and not {"run_id", "started_at", "record"} <= runs_columns:
+            self.chunked = "sample_chunks" in names  # a read-only store of version 2 has no chunks
+            if names and not {"run_id", "started_at", "record"} <= runs_columns:
                 raise StoreError(f"{path} is an SQLite database of something else, not a tensorgauge store "
                                  "(left untouched)")
             if self.read_only:
-                if version < SCHEMA_VERSION:
+                if version < 2:
                     raise StoreError(f"store {path} is read-only and written by an older tensorgauge: "
                                      "copy it somewhere writable to read it")
                 return
             self.conn.execute("PRAGMA journal_mode = WAL")
             self.conn.execute("PRAGMA synchronous = NORMAL")
-            steps = create_statements(TYPES) if version == 0 else []
-            for table in TABLE_COLUMNS if version else ():
+            steps = schema.create_statements(TYPES) if version == 0 else []
+            for table in schema.TABLE_COLUMNS if version else ():
                 present = {row[1] for row in self.conn.execute(f"PRAGMA table_info({table})")}
-                steps += missing_columns(table, present, TYPES)
+                steps += schema.missing_columns(table, present, TYPES)
             if version:
+                steps += schema.added_in_3(TYPES) if version < 3 else []
                 indexes = {row[0] for row in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
-                steps += missing_indexes(indexes, TYPES)
-            if steps or version < SCHEMA_VERSION:
+                steps += schema.missing_indexes(indexes, TYPES)
+            self.chunked = True
+            if steps or version < schema.SCHEMA_VERSION:
                 self.conn.executescript("BEGIN;" + "".join(s + ";" for s in steps)
-                                        + f"PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
+                                        + f"PRAGMA user_version = {schema.SCHEMA_VERSION}; COMMIT;")
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"store {path} is not a usable tensorgauge database ({exc})") from None
         except OSError as exc:
@@ -110,6 +113,6 @@ class SqliteBackend:
 
 
 def check_version(version: int, location: str) -> None:
-    if version > SCHEMA_VERSION:
-        raise StoreError(f"store {location} has schema {version}; this tensorgauge reads up to {SCHEMA_VERSION} "
+    if version > schema.SCHEMA_VERSION:
+        raise StoreError(f"store {location} has schema {version}; this tensorgauge reads up to {schema.SCHEMA_VERSION} "
                          "(upgrade tensorgauge)")
