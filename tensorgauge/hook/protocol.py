@@ -49,6 +49,7 @@ class Kind:
     BUDGET_CHECKPOINT_FAILED = "budget_checkpoint_failed"
     BUDGET_GPU_MEMORY = "budget_gpu_memory"
     BENCH_RESULT = "bench_result"
+    STEP_DIGEST = "step_digest"  # written by the monitor: a phase's steps, compactly (tensorgauge.steps)
 
 
 # -- payloads: the fields each kind carries besides the common ones ---------------
@@ -75,6 +76,21 @@ class Steps(Common, total=False):
     phase: int
     seconds: list[float]  # each step's duration
     ends: list[float]  # each step's end (monotonic in the job; seconds from the run's start once stored)
+
+
+class StepDigest(Common, total=False):
+    phase: int | None
+    count: int
+    seconds_sum: float
+    seconds_min: float | None
+    seconds_max: float
+    first_seconds: list[float]
+    first_ends: list[float | None]
+    slowest_seconds: list[float]
+    slowest_ends: list[float | None]
+    rate_start: int  # the run's second the first count of ``rate`` is for
+    rate: list[int]  # steps ended in each second from rate_start
+    sketch: str  # base64 of the DDSketch protobuf
 
 
 class Exit(Common, total=False):
@@ -180,5 +196,5 @@ PAYLOADS: dict[str, type] = {
     Kind.INPUT_PROBE: InputProbe, Kind.COMPUTE_PROBE: ComputeProbe, Kind.TRY_WINDOW: TryWindow,
     Kind.PLACEMENT: Placement, Kind.DATASET: Dataset, Kind.BUDGET_STOP: BudgetStop,
     Kind.BUDGET_RESUME: BudgetResume, Kind.BUDGET_CHECKPOINT_FAILED: BudgetCheckpointFailed,
-    Kind.BUDGET_GPU_MEMORY: BudgetGpuMemory, Kind.BENCH_RESULT: BenchResult,
+    Kind.BUDGET_GPU_MEMORY: BudgetGpuMemory, Kind.BENCH_RESULT: BenchResult, Kind.STEP_DIGEST: StepDigest,
 }

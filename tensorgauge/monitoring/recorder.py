@@ -5,6 +5,12 @@ to the run's start ``t0``; environment facts from the job are merged into the
 run's fingerprint. Writes are committed at most every ``commit_seconds``
 (a commit costs ~0.25 ms, a quarter of the monitor's budget at 10 Hz): the
 job's death loses nothing, a SIGKILL of the monitor at most that long.
+
+The hook's ``steps`` events (every step's duration and end) are not stored as
+they come: each phase's steps become ``step_digest`` events (see
+:mod:`tensorgauge.steps`), one when the phase ends and one every
+:data:`DIGEST_SECONDS` of a long phase, so a day of steps costs a few MB.
+Observers (the live view) still get every ``steps`` event.
 """
 
 from __future__ import annotations
@@ -14,6 +20,9 @@ from typing import Protocol
 from tensorgauge.checks import ValidationError, check_event_data, check_object
 from tensorgauge.hook.protocol import Kind
 from tensorgauge.model import Event, RunRecord, Sample
+from tensorgauge.steps import FIRST_STEPS, StepDigest
+
+DIGEST_SECONDS = 60.0  # a phase's steps are stored at least this often
 
 
 def to_event(raw: dict, t0: float) -> Event:
@@ -47,6 +56,7 @@ class Recorder:
         self.events_skipped = 0
         self.phases_begun = 0
         self.seen: list[Event] = []  # events the monitor acts on (budget stops), kept in memory
+        self._steps: dict[tuple[int, int | None], _OpenSteps] = {}  # (pid, phase id) -> steps not yet stored
 
     def add(self, samples: list[Sample], raw_events: list[dict], force: bool = False) -> list[Event]:
         """Queue samples and the hook's raw events; commit when due (or ``force``).
@@ -61,8 +71,13 @@ class Recorder:
             if event.kind == Kind.ENV and isinstance(event.data.get("facts"), dict):
                 self.record.env.setdefault("job", {}).update(event.data["facts"])
                 self.store.save_run(self.record)
-            self._events.append(event)
             added.append(event)
+            if event.kind == Kind.STEPS:
+                self._add_steps(event)
+                continue
+            if event.kind == Kind.PHASE_END:
+                self._store_steps(event.pid, event.data.get("id"), event.t, ended=True)
+            self._events.append(event)
             if event.kind == Kind.PHASE_BEGIN:
                 self.phases_begun += 1
             if event.kind.startswith("budget"):
@@ -70,7 +85,37 @@ class Recorder:
         self._samples.extend(samples)
         now = self.clock.now()
         if force or now >= self._next_commit:
+            run_now = now - self.t0
+            for (pid, phase), open_steps in list(self._steps.items()):
+                if force or run_now - open_steps.since >= DIGEST_SECONDS:
+                    self._store_steps(pid, phase, run_now)
             self._next_commit = now + self.commit_seconds
             self.store.add(self.record.run_id, self._samples, self._events)
             self._samples, self._events = [], []
         return added
+
+    def _add_steps(self, event: Event) -> None:
+        key = (event.pid, event.data.get("phase"))
+        open_steps = self._steps.get(key)
+        if open_steps is None:
+            open_steps = self._steps[key] = _OpenSteps(event.t, StepDigest(key[1]))
+        seconds = [x for x in event.data.get("seconds") or () if isinstance(x, (int, float))]
+        ends = event.data.get("ends")
+        open_steps.digest.add(seconds, ends if isinstance(ends, list) else None,
+                              first_room=FIRST_STEPS - open_steps.first_kept)
+        open_steps.first_kept = min(FIRST_STEPS, open_steps.first_kept + len(seconds))
+
+    def _store_steps(self, pid: int, phase: int | None, t: float, ended: bool = False) -> None:
+        """The phase's steps since the last digest, as a ``step_digest`` event (``ended``: the phase's last)."""
+        open_steps = self._steps.pop((pid, phase), None) if ended else self._steps.get((pid, phase))
+        if open_steps is None or not open_steps.digest.count:
+            return
+        self._events.append(Event(t=t, pid=pid, kind=Kind.STEP_DIGEST, data=open_steps.digest.to_payload()))
+        open_steps.digest, open_steps.since = StepDigest(phase), t
+
+
+class _OpenSteps:
+    __slots__ = ("since", "digest", "first_kept")
+
+    def __init__(self, since: float, digest: StepDigest):
+        self.since, self.digest, self.first_kept = since, digest, 0
