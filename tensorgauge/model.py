@@ -204,6 +204,10 @@ class Phase:
         data["wall_seconds"] = self.wall_seconds
         return data
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Phase:
+        return _from_dict(cls, data)
+
 
 @dataclass
 class Finding:

@@ -106,10 +106,11 @@ def test_diagnose_orders_by_severity_and_reads_the_run():
 def test_cpu_oversubscribed_from_runnable_threads():
     from tensorgauge.analyse.diagnose import cpu_oversubscribed
     from tensorgauge.model import Sample
+    from tensorgauge.series import SampleSeries
 
     def samples(runnable):
-        return [Sample(t=6.0 + i, cpu_seconds=0, cores_busy=2, rss_bytes=1, threads=40, processes=1,
-                       runnable=r) for i, r in enumerate(runnable)]
+        return SampleSeries.from_samples([Sample(t=6.0 + i, cpu_seconds=0, cores_busy=2, rss_bytes=1, threads=40,
+                                                 processes=1, runnable=r) for i, r in enumerate(runnable)])
 
     finding = cpu_oversubscribed(samples([9, 10, 10, None, 11]), fit(), cpus=2.0, threads_peak=40)
     assert finding.severity == "high" and finding.evidence["runnable_threads_median"] == 10
@@ -118,7 +119,7 @@ def test_cpu_oversubscribed_from_runnable_threads():
     assert cpu_oversubscribed(samples([10, 10]), fit(), cpus=2.0, threads_peak=9) is None  # too few samples
     outside = [Sample(t=100.0 + i, cpu_seconds=0, cores_busy=2, rss_bytes=1, threads=1, processes=1, runnable=20)
                for i in range(5)]
-    assert cpu_oversubscribed(outside, fit(), cpus=2.0, threads_peak=1) is None  # not during fit
+    assert cpu_oversubscribed(SampleSeries.from_samples(outside), fit(), cpus=2.0, threads_peak=1) is None  # not in fit
 
 
 def test_oversubscribed_job_for_real(store_path):

@@ -10,10 +10,13 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 
+import numpy as np
+
 from tensorgauge.analyse.phases import main_fit
 from tensorgauge.analyse.rules import RunFacts, rule
 from tensorgauge.hook.protocol import Kind
-from tensorgauge.model import Event, Finding, Phase, Sample
+from tensorgauge.model import Event, Finding, Phase
+from tensorgauge.series import SampleSeries
 
 INPUT_HIGH, INPUT_MODERATE = 0.20, 0.05
 SATURATED = 0.85  # cores busy / cores allowed at which more parallelism cannot help
@@ -154,13 +157,13 @@ def thread_limited(config: dict | None, job: dict, fit: Phase | None, allowed: f
         expected_gain=f"up to {allowed / limit:.1f}x for compute-bound steps")
 
 
-def cpu_oversubscribed(samples: list[Sample], fit: Phase | None, cpus: float, threads_peak: int) -> Finding | None:
+def cpu_oversubscribed(samples: SampleSeries, fit: Phase | None, cpus: float, threads_peak: int) -> Finding | None:
     """The machine's runnable threads (sampled once a second) against its CPUs, during fit or the run."""
-    inside = [s for s in samples if fit is None or fit.start <= s.t <= fit.end]
-    counts = [s.runnable for s in inside if s.runnable is not None]
+    inside = samples.between(fit.start, fit.end) if fit is not None else samples
+    counts = inside.reported("runnable")
     if len(counts) < 3 or cpus <= 0:
         return None
-    runnable = statistics.median(counts)
+    runnable = float(np.median(counts))
     per_cpu = runnable / cpus
     if per_cpu < OVERSUBSCRIBED_MODERATE:
         return None

@@ -4,17 +4,20 @@ category run in order, the result sorted by severity."""
 from __future__ import annotations
 
 from tensorgauge.analyse import diagnose, memory, placement  # noqa: F401  (their rules register on import)
+from tensorgauge.analyse.phases import as_series
 from tensorgauge.analyse.rules import REGISTRY, SEVERITY_ORDER, RunFacts, ids_of
 from tensorgauge.analyse.summary import summarise
 from tensorgauge.model import Event, Finding, Phase, RunRecord, Sample, Summary
+from tensorgauge.series import SampleSeries
 
 PERFORMANCE_IDS = ids_of("performance")
 
 
-def find(record: RunRecord, samples: list[Sample], events: list[Event], phases: list[Phase],
+def find(record: RunRecord, samples: SampleSeries | list[Sample], events: list[Event], phases: list[Phase],
          summary: Summary | None = None, category: str | None = None) -> list[Finding]:
     """The findings of every rule (of ``category``, if given), most severe first."""
-    facts = RunFacts(record, list(samples), list(events), list(phases), summary or summarise(record, list(samples)))
+    series = as_series(samples)
+    facts = RunFacts(record, series, list(events), list(phases), summary or summarise(record, series))
     for entry in REGISTRY:
         if category is not None and entry.category != category:
             continue

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import statistics
 
+import numpy as np
+
 from tensorgauge.analyse.rules import RunFacts, rule
 from tensorgauge.hook.protocol import Kind
-from tensorgauge.model import Event, Finding, Phase, Sample
+from tensorgauge.model import Event, Finding, Phase
+from tensorgauge.series import SampleSeries
 from tensorgauge.units import format_bytes
 
 DATASET_IN_MEMORY_BYTES = 100 << 20  # from_tensor_slices inputs worth reporting
@@ -34,7 +37,15 @@ def _datasets(events: list[Event]) -> tuple[int, list[dict]]:
     return sliced, whole
 
 
-def _growth(phases: list[Phase], samples: list[Sample]) -> tuple[int, int] | None:
+def _peak_sample(samples: SampleSeries) -> tuple[float, int] | None:
+    """(t, RSS) of the sample with the largest RSS (the first of equals)."""
+    if not len(samples):
+        return None
+    i = int(np.nanargmax(samples["rss_bytes"]))
+    return float(samples.t[i]), int(samples["rss_bytes"][i])
+
+
+def _growth(phases: list[Phase], samples: SampleSeries) -> tuple[int, int] | None:
     """(RSS after the first epoch, growth per epoch) of the first fit whose RSS rises
     steadily through its later epochs.
 
@@ -50,14 +61,14 @@ def _growth(phases: list[Phase], samples: list[Sample]) -> tuple[int, int] | Non
         if len(epochs) < 2:
             continue
         t0, t1 = epochs[0].end, epochs[-1].end
-        points = [(s.t, s.rss_bytes) for s in samples if t0 <= s.t <= t1]
-        if len(points) < 3 or len({t for t, _ in points}) < 2 or len({b for _, b in points}) < 2:
+        window = samples.between(t0, t1)
+        ts, rss = window.t, window["rss_bytes"]
+        if len(ts) < 3 or np.ptp(ts) == 0 or np.ptp(rss) == 0:
             continue
-        ts, rss = zip(*points)
-        slope, _ = statistics.linear_regression(ts, rss)
+        slope = float(np.polyfit(ts - ts[0], rss, 1)[0])
         per_epoch = int(slope * statistics.median(p.end - p.start for p in epochs[1:]))
-        start = epochs[0].rss_end_bytes or rss[0]
-        if (statistics.correlation(ts, rss) >= GROWTH_MIN_CORRELATION
+        start = epochs[0].rss_end_bytes or int(rss[0])
+        if (float(np.corrcoef(ts, rss)[0, 1]) >= GROWTH_MIN_CORRELATION
                 and per_epoch >= max(GROWTH_MIN_BYTES_PER_EPOCH, GROWTH_SHARE_PER_EPOCH * start)):
             return start, per_epoch
     return None
@@ -76,13 +87,13 @@ def dataset_in_memory(f: RunFacts) -> Finding | None:
     sliced, whole_shuffles = _datasets(f.of_kind(Kind.DATASET))
     if sliced < DATASET_IN_MEMORY_BYTES:
         return None
-    peak = max(f.samples, key=lambda s: s.rss_bytes) if f.samples else None
+    peak = _peak_sample(f.samples)
     extra = sum(int(d["buffer_size"] / d["elements"] * sliced) for d in whole_shuffles)
     return Finding(
         id="dataset_in_memory", severity="moderate",
         title=f"The data set is held in memory: from_tensor_slices took {format_bytes(sliced)} of arrays",
         evidence={"from_tensor_slices_bytes": sliced, "shuffle_buffers_holding_all": whole_shuffles,
-                  "rss_peak_bytes": peak.rss_bytes if peak else None},
+                  "rss_peak_bytes": peak[1] if peak else None},
         fix="Stream the data instead of slicing in-memory arrays: write it once to TFRecord files and read "
             "them with tf.data.TFRecordDataset, or use tf.data.Dataset.from_generator / a keras.utils.PyDataset; "
             "keep the shuffle buffer well below the data set's size (e.g. 10,000 elements).",
@@ -112,16 +123,19 @@ SWAP_GROWTH_HIGH_BYTES = 1 << 30
 @rule("swap_pressure", category="memory")
 def swap_pressure(f: RunFacts) -> Finding | None:
     """The machine paged memory out to swap while the job ran: RAM ran short."""
-    readings = [(s.t, s.swap_used_bytes) for s in f.samples if s.swap_used_bytes is not None]
-    if len(readings) < 2:
+    swap = f.samples["swap_used_bytes"]
+    read = ~np.isnan(swap)
+    if read.sum() < 2:
         return None
-    start = readings[0][1]
-    peak_t, peak = max(readings, key=lambda r: r[1])
+    times, swap = f.samples.t[read], swap[read]
+    start = int(swap[0])
+    at = int(np.argmax(swap))
+    peak_t, peak = float(times[at]), int(swap[at])
     growth = peak - start
     if growth < SWAP_GROWTH_BYTES:
         return None
     at_peak = peak_phase(f.phases, peak_t)
-    available = [s.mem_available_bytes for s in f.samples if s.mem_available_bytes is not None]
+    available = f.samples.reported("mem_available_bytes")
     where = f" during '{at_peak.name}'" if at_peak else ""
     return Finding(
         id="swap_pressure", severity="high" if growth >= SWAP_GROWTH_HIGH_BYTES else "moderate",
@@ -129,7 +143,7 @@ def swap_pressure(f: RunFacts) -> Finding | None:
               f"{peak_t:.0f} s{where}): RAM ran short",
         evidence={"swap_used_start_bytes": start, "swap_used_peak_bytes": peak, "swap_growth_bytes": growth,
                   "peak_t": round(peak_t, 3), "peak_phase": at_peak.name if at_peak else None,
-                  "mem_available_min_bytes": min(available) if available else None,
+                  "mem_available_min_bytes": int(available.min()) if len(available) else None,
                   "rss_peak_bytes": f.summary.rss_peak_bytes},
         fix="Make the job fit in RAM: a smaller batch or model, data streamed from files instead of held in "
             "arrays (see dataset_in_memory), fewer jobs on the machine at once; tensorgauge run --max-memory "
@@ -143,8 +157,8 @@ def memory_budget(f: RunFacts) -> Finding | None:
     budget = f.record.budget or {}
     if not budget.get("stopped"):
         return None
-    peak = max(f.samples, key=lambda s: s.rss_bytes) if f.samples else None
-    at_peak = peak_phase(f.phases, peak.t if peak else None)
+    peak = _peak_sample(f.samples)
+    at_peak = peak_phase(f.phases, peak[0] if peak else None)
     sliced, _ = _datasets(f.of_kind(Kind.DATASET))
     growth = _growth(f.phases, f.samples)
     limit = budget.get("max_memory_bytes")

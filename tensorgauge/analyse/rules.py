@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tensorgauge.analyse.phases import main_fit
-from tensorgauge.model import Event, Finding, Phase, RunRecord, Sample, Summary
+from tensorgauge.model import Event, Finding, Phase, RunRecord, Summary
+from tensorgauge.series import SampleSeries
 
 SEVERITY_ORDER = ("high", "moderate", "low", "info")
 CATEGORIES = ("performance", "memory", "placement")
@@ -26,7 +27,7 @@ class RunFacts:
     """What every rule may read: the recorded run, analysed into phases and a summary."""
 
     record: RunRecord
-    samples: list[Sample]
+    samples: SampleSeries
     events: list[Event]
     phases: list[Phase]
     summary: Summary

@@ -1,18 +1,27 @@
 """A recorded run, analysed: the ``tensorgauge.run/1`` document.
 
 Runs every analysis on one run's record, samples and events. Renderers take
-a :class:`RunReport`; ``to_dict`` is the JSON contract.
+a :class:`RunReport`; ``to_dict`` is the JSON contract. A finished run is
+analysed once: the analysis (summary, phases, findings, timeline) is kept in
+the store, keyed by what it was computed from, so reading a day's run costs
+what reading an hour's does.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from tensorgauge.analyse.findings import find
-from tensorgauge.analyse.phases import build_phases
-from tensorgauge.analyse.summary import summarise
+from tensorgauge import __version__
+from tensorgauge.errors import StoreError
 from tensorgauge.model import RUN_SCHEMA, Event, Finding, Phase, RunRecord, Sample, Summary
+
+if TYPE_CHECKING:  # numpy and the analysis load only when a run is analysed, not when its analysis is read
+    from tensorgauge.series import SampleSeries
+
+ANALYSIS_VERSION = 1  # what a stored analysis holds; with the package's version, part of its key
 
 
 class RunSource(Protocol):
@@ -20,32 +29,81 @@ class RunSource(Protocol):
 
     def run(self, ref: str) -> RunRecord: ...
 
-    def samples(self, run_id: str) -> list[Sample]: ...
+    def series(self, run_id: str, start: float | None = None, end: float | None = None) -> SampleSeries: ...
 
-    def events(self, run_id: str) -> list[Event]: ...
+    def events(self, run_id: str, step_digests: bool = True) -> list[Event]: ...
+
+    def analysis(self, run_id: str) -> tuple[str, dict] | None: ...
+
+    def save_analysis(self, run_id: str, key: str, doc: dict) -> None: ...
+
+
+def analysis_key(record: RunRecord) -> str:
+    """What a stored analysis was computed from: this version's analysis of this record."""
+    text = json.dumps([ANALYSIS_VERSION, __version__, record.to_dict()], sort_keys=True, default=str)
+    return hashlib.sha1(text.encode()).hexdigest()
 
 
 @dataclass
 class RunReport:
     record: RunRecord
-    samples: list[Sample]
-    events: list[Event]
+    events: list[Event]  # without the step digests when the analysis was read from the store
     summary: Summary
     phases: list[Phase] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
+    timeline: dict[str, Any] = field(default_factory=dict)  # see tensorgauge.analyse.timeline.build
 
     @classmethod
-    def build(cls, record: RunRecord, samples: list[Sample], events: list[Event]) -> RunReport:
-        phases = build_phases(events, samples, end=record.wall_seconds)
-        summary = summarise(record, samples)
-        findings = find(record, samples, events, phases, summary)
-        return cls(record=record, samples=samples, events=events, summary=summary, phases=phases, findings=findings)
+    def build(cls, record: RunRecord, samples: SampleSeries | list[Sample], events: list[Event]) -> RunReport:
+        from tensorgauge.analyse import timeline
+        from tensorgauge.analyse.findings import find
+        from tensorgauge.analyse.phases import as_series, build_phases, step_digests
+        from tensorgauge.analyse.summary import summarise
+        from tensorgauge.steps import StepDigest
+
+        series = as_series(samples)
+        digests = step_digests(events)
+        phases = build_phases(events, series, end=record.wall_seconds, digests=digests)
+        summary = summarise(record, series)
+        findings = find(record, series, events, phases, summary)
+        wall = record.wall_seconds if record.wall_seconds is not None else (float(series.t[-1]) if len(series)
+                                                                            else 0.0)
+        steps = StepDigest()
+        for digest in digests.values():
+            steps.merge(digest)
+        return cls(record=record, events=events, summary=summary, phases=phases, findings=findings,
+                   timeline=timeline.build(series, steps, wall))
 
     @classmethod
     def load(cls, store: RunSource, ref: str) -> RunReport:
-        """The run ``ref`` read from ``store``, analysed."""
+        """The run ``ref`` read from ``store``: its stored analysis, or analysed now (and stored, once
+        the run has finished)."""
         record = store.run(ref)
-        return cls.build(record, store.samples(record.run_id), store.events(record.run_id))
+        key = analysis_key(record)
+        stored = store.analysis(record.run_id)
+        if stored is not None and stored[0] == key:
+            try:
+                return cls.from_analysis(record, store.events(record.run_id, step_digests=False), stored[1])
+            except (KeyError, TypeError, ValueError):
+                pass  # damaged: analysed again below
+        report = cls.build(record, store.series(record.run_id), store.events(record.run_id))
+        if record.complete:
+            try:
+                store.save_analysis(record.run_id, key, report.analysis())
+            except StoreError:
+                pass  # read-only, or locked: analysed again next time
+        return report
+
+    def analysis(self) -> dict[str, Any]:
+        """What the store keeps of this report besides the record and events."""
+        return {"summary": self.summary.to_dict(), "phases": [p.to_dict() for p in self.phases],
+                "findings": [f.to_dict() for f in self.findings], "timeline": self.timeline}
+
+    @classmethod
+    def from_analysis(cls, record: RunRecord, events: list[Event], doc: dict[str, Any]) -> RunReport:
+        return cls(record=record, events=events, summary=Summary(**doc["summary"]),
+                   phases=[Phase.from_dict(p) for p in doc["phases"]],
+                   findings=[Finding(**f) for f in doc["findings"]], timeline=doc["timeline"])
 
     def to_dict(self) -> dict:
         r = self.record
@@ -60,7 +118,7 @@ class RunReport:
             "oom_killed": r.oom_killed,
             "started_at": r.started_at,
             "wall_seconds": round(r.wall_seconds if r.wall_seconds is not None
-                                  else (self.samples[-1].t if self.samples else 0.0), 4),
+                                  else self.timeline.get("wall_seconds") or 0.0, 4),
             "complete": r.complete,
             "interval_seconds": r.interval_seconds,
             "env": r.env,

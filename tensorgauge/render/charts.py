@@ -1,25 +1,12 @@
-"""Vega-Lite chart specs for the HTML report, from analysed runs (pure dicts).
-
-Long runs are downsampled into at most :data:`MAX_BINS` time bins for display;
-each bin keeps its peak (and the mean where a mean means something), so a
-one-second spike in a one-hour run still shows.
-"""
+"""Vega-Lite chart specs for the HTML report, from an analysed run's timeline
+(:mod:`tensorgauge.analyse.timeline`: bins that keep each one's peak, so a
+one-second spike in a day still shows). Pure dicts."""
 
 from __future__ import annotations
 
-import bisect
 import json
 import math
-from collections import Counter
 
-from tensorgauge.hook.protocol import Kind
-from tensorgauge.model import Sample
-
-MAX_BINS = 1500
-MAX_HEATMAP_CELLS = 40_000
-MAX_STEP_TICKS = 3000
-HISTOGRAM_BINS = 50
-STEP_RATE_MIN_SECONDS = 0.1  # the narrowest bin of the steps-per-second chart
 WIDTH = 900
 SCHEMA = "https://vega.github.io/schema/vega-lite/v6.json"  # an identifier only: nothing is fetched
 
@@ -29,55 +16,6 @@ def _r(x: float | None, digits: int = 4) -> float | None:
     if x is None or x == 0 or not math.isfinite(x):
         return x
     return round(x, max(0, digits - 1 - int(math.floor(math.log10(abs(x))))))
-
-
-def bins(samples: list[Sample], wall: float, max_bins: int = MAX_BINS) -> list[list[Sample]]:
-    """The samples in at most ``max_bins`` equal time bins over [0, wall] (empty bins dropped)."""
-    if not samples:
-        return []
-    width = max(wall, samples[-1].t, 1e-9) / max_bins
-    grouped: dict[int, list[Sample]] = {}
-    for s in samples:
-        grouped.setdefault(min(int(s.t / width), max_bins - 1), []).append(s)
-    return [grouped[k] for k in sorted(grouped)]
-
-
-def series(samples: list[Sample], wall: float) -> list[dict]:
-    """One row per bin: cores busy mean and peak, RSS peak, machine memory used, GPU util/memory peak."""
-    rows = []
-    for group in bins(samples, wall):
-        busy = [s.cores_busy for s in group if s.cores_busy is not None]
-        gpus = [g for s in group for g in s.gpus]
-        used = [s.mem_used_bytes for s in group if s.mem_used_bytes is not None]
-        row = {"t": _r(group[0].t),
-               "cores_mean": _r(sum(busy) / len(busy)) if busy else None, "cores_peak": _r(max(busy)) if busy else None,
-               "rss_gib": _r(max(s.rss_bytes for s in group) / 2**30),
-               "mem_used_gib": _r(max(used) / 2**30) if used else None}
-        if gpus:
-            row["gpu_util_peak"] = max((g.util_percent or 0.0) for g in gpus)
-            row["gpu_mem_gib"] = _r(max((g.memory_used_bytes or 0) for g in gpus) / 2**30)
-            job = [g.job_memory_bytes for g in gpus if g.job_memory_bytes is not None]
-            if job:
-                row["gpu_job_gib"] = _r(max(job) / 2**30)
-        rows.append(row)
-    return rows
-
-
-def heatmap(samples: list[Sample], wall: float) -> list[dict]:
-    """Per CPU and bin: the peak busy percent."""
-    cpus = max((len(s.cpu_percent) for s in samples if s.cpu_percent), default=0)
-    if not cpus:
-        return []
-    count = max(1, min(MAX_BINS, MAX_HEATMAP_CELLS // cpus, len(samples)))
-    width = max(wall, samples[-1].t, 1e-9) / count
-    cells = []
-    for group in bins(samples, wall, count):
-        start = min(int(group[0].t / width), count - 1) * width
-        for cpu in range(cpus):
-            values = [s.cpu_percent[cpu] for s in group if s.cpu_percent and len(s.cpu_percent) > cpu]
-            if values:
-                cells.append({"t": _r(start), "t2": _r(start + width), "cpu": cpu, "busy": _r(max(values), 3)})
-    return cells
 
 
 def phase_bands(phases, depth_max: int = 1) -> list[dict]:
@@ -91,55 +29,20 @@ def phase_bands(phases, depth_max: int = 1) -> list[dict]:
     return bands
 
 
-def _numbers(events, key: str) -> list[float]:
-    """The ``key`` lists of the ``steps`` events (an event holding anything but numbers is skipped)."""
-    out: list[float] = []
-    for e in events:
-        if e.kind == Kind.STEPS:
-            try:
-                out.extend([x + 0.0 for x in e.data.get(key) or ()])
-            except TypeError:
-                continue
-    return out
+Span = tuple[float, float]  # the x axis: seconds from the run's start, (from, to)
 
 
-def step_ends(events) -> list[float]:
-    """When each training step ended, in seconds from the run's start (the recorder made them relative)."""
-    return _numbers(events, "ends")
+def _domain(span: Span) -> list:
+    return [_r(span[0]) or 0, _r(span[1])]
 
 
-def step_seconds(events) -> list[float]:
-    return _numbers(events, "seconds")
+def _x(span: Span) -> dict:
+    return {"field": "t", "type": "quantitative", "title": "seconds from start", "scale": {"domain": _domain(span)}}
 
 
-def histogram(values: list[float], count: int = HISTOGRAM_BINS) -> list[dict]:
-    """Pre-binned counts (a step list can hold millions of values), on a log scale when they span 10x."""
-    values = sorted(v for v in values if v > 0)
-    if not values:
-        return []
-    lo, hi = values[0], values[-1]
-    if hi / lo > 10:
-        a, b = math.log10(lo), math.log10(hi)
-        edges = [10 ** (a + i * (b - a) / count) for i in range(count + 1)]
-    else:
-        edges = [lo + i * (hi - lo) / count for i in range(count + 1)] if hi > lo else [lo, lo]
-    edges[-1] = hi
-    bars, below = [], 0
-    for i in range(len(edges) - 1):
-        upto = bisect.bisect_right(values, edges[i + 1]) if i < len(edges) - 2 else len(values)
-        if upto > below:
-            bars.append({"from_ms": _r(edges[i] * 1000), "to_ms": _r(edges[i + 1] * 1000), "steps": upto - below})
-        below = upto
-    return bars
-
-
-def _x(wall: float) -> dict:
-    return {"field": "t", "type": "quantitative", "title": "seconds from start", "scale": {"domain": [0, _r(wall)]}}
-
-
-def _bands_layer(bands: list[dict], wall: float) -> dict:
+def _bands_layer(bands: list[dict], span: Span) -> dict:
     return {"data": {"values": bands}, "mark": {"type": "rect", "opacity": 0.18},
-            "encoding": {"x": {"field": "start", "type": "quantitative", "scale": {"domain": [0, _r(wall)]}},
+            "encoding": {"x": {"field": "start", "type": "quantitative", "scale": {"domain": _domain(span)}},
                          "x2": {"field": "end"},
                          "color": {"field": "kind", "type": "nominal", "title": "phase",
                                    "scale": {"scheme": "tableau10"}},
@@ -160,70 +63,61 @@ def _series_stroke(fields: list[tuple[str, str]], title: str) -> dict:
             "legend": {"labelExpr": f"{labels}[datum.label] || datum.label"}}
 
 
-def cores_chart(rows: list[dict], bands: list[dict], ends: list[float], wall: float, allowed: float | None) -> dict:
-    layers = [_bands_layer(bands, wall),
+def cores_chart(rows: list[dict], bands: list[dict], ends: list[float], span: Span, allowed: float | None) -> dict:
+    layers = [_bands_layer(bands, span),
               {"data": {"values": rows}, "mark": {"type": "area", "opacity": 0.3, "color": "#4c78a8"},
-               "encoding": {"x": _x(wall), "y": {"field": "cores_peak", "type": "quantitative",
+               "encoding": {"x": _x(span), "y": {"field": "cores_peak", "type": "quantitative",
                                                   "title": "cores busy"}}},
               {"data": {"values": rows}, "mark": {"type": "line", "color": "#1f3b63"},
-               "encoding": {"x": _x(wall), "y": {"field": "cores_mean", "type": "quantitative"},
+               "encoding": {"x": _x(span), "y": {"field": "cores_mean", "type": "quantitative"},
                             "tooltip": [{"field": "t", "title": "s"}, {"field": "cores_mean", "title": "mean"},
                                         {"field": "cores_peak", "title": "peak"}]}}]
     if allowed:
         layers.append({"data": {"values": [{"allowed": allowed}]}, "mark": {"type": "rule", "strokeDash": [4, 4]},
                        "encoding": {"y": {"field": "allowed", "type": "quantitative"}}})
-    if ends and len(ends) <= MAX_STEP_TICKS:
-        layers.append({"data": {"values": [{"t": _r(t)} for t in ends]},
+    if ends:
+        layers.append({"data": {"values": [{"t": t} for t in ends]},
                        "mark": {"type": "tick", "orient": "vertical", "color": "#e45756", "opacity": 0.6,
                                 "size": 12},
-                       "encoding": {"x": _x(wall), "y": {"datum": 0}}})
+                       "encoding": {"x": _x(span), "y": {"datum": 0}}})
     return {"$schema": SCHEMA, "width": WIDTH, "height": 220, "title": "Cores busy, phases and steps",
             "layer": layers}
 
 
-def step_rate_chart(ends: list[float], wall: float) -> dict | None:
-    if not ends:
+def step_rate_chart(rows: list[dict], span: Span) -> dict | None:
+    if not rows:
         return None
-    count = min(MAX_BINS, max(1, int(wall / STEP_RATE_MIN_SECONDS)))
-    width = wall / count if wall > 0 else 1.0
-    inverse = 1.0 / width
-    counts = Counter(int(t * inverse) for t in ends)
-    clamped: Counter = Counter()
-    for i, n in counts.items():
-        clamped[min(max(i, 0), count - 1)] += n
-    rows = [{"t": _r(i * width), "t2": _r((i + 1) * width), "steps_per_s": _r(n / width)}
-            for i, n in sorted(clamped.items())]
     return {"$schema": SCHEMA, "width": WIDTH, "height": 90, "title": "Training steps per second",
             "data": {"values": rows}, "mark": {"type": "rect", "color": "#e45756"},
-            "encoding": {"x": _x(wall), "x2": {"field": "t2"},
+            "encoding": {"x": _x(span), "x2": {"field": "t2"},
                          "y": {"field": "steps_per_s", "type": "quantitative", "title": "steps/s"}}}
 
 
-def heatmap_chart(cells: list[dict], wall: float) -> dict | None:
+def heatmap_chart(cells: list[dict], span: Span) -> dict | None:
     if not cells:
         return None
     return {"$schema": SCHEMA, "width": WIDTH, "height": {"step": 12}, "title": "Each CPU's busy % (peak per bin)",
             "data": {"values": cells}, "mark": "rect",
             "encoding": {"x": {"field": "t", "type": "quantitative", "title": "seconds from start",
-                               "scale": {"domain": [0, _r(wall)]}}, "x2": {"field": "t2"},
+                               "scale": {"domain": _domain(span)}}, "x2": {"field": "t2"},
                          "y": {"field": "cpu", "type": "ordinal", "title": "CPU"},
                          "color": {"field": "busy", "type": "quantitative", "title": "busy %",
                                    "scale": {"domain": [0, 100], "scheme": "viridis"}}}}
 
 
-def memory_chart(rows: list[dict], bands: list[dict], wall: float) -> dict:
+def memory_chart(rows: list[dict], bands: list[dict], span: Span) -> dict:
     fields = [("rss_gib", "job RSS")] + ([("mem_used_gib", "machine used")] if any(r.get("mem_used_gib") for r in rows)
                                           else [])
     return {"$schema": SCHEMA, "width": WIDTH, "height": 160, "title": "Memory (GiB, peak per bin)",
-            "layer": [_bands_layer(bands, wall),
+            "layer": [_bands_layer(bands, span),
                       {"data": {"values": rows},
                        "transform": _fold(fields),
                        "mark": "line",
-                       "encoding": {"x": _x(wall), "y": {"field": "gib", "type": "quantitative", "title": "GiB"},
+                       "encoding": {"x": _x(span), "y": {"field": "gib", "type": "quantitative", "title": "GiB"},
                                     "stroke": _series_stroke(fields, "memory")}}]}
 
 
-def gpu_chart(rows: list[dict], bands: list[dict], wall: float) -> dict | None:
+def gpu_chart(rows: list[dict], bands: list[dict], span: Span) -> dict | None:
     """GPU utilisation (%) above GPU memory (GiB: the device's, and the job's own where NVML says)."""
     values = [r for r in rows if "gpu_util_peak" in r]
     if not values:
@@ -233,13 +127,13 @@ def gpu_chart(rows: list[dict], bands: list[dict], wall: float) -> dict | None:
     return {"$schema": SCHEMA, "title": "GPU (peak per bin over all GPUs)", "data": {"values": values},
             "vconcat": [
                 {"width": WIDTH, "height": 110,
-                 "layer": [_bands_layer(bands, wall),
+                 "layer": [_bands_layer(bands, span),
                            {"mark": {"type": "line", "color": "#54a24b"}, "encoding": {
-                               "x": _x(wall), "y": {"field": "gpu_util_peak", "type": "quantitative",
+                               "x": _x(span), "y": {"field": "gpu_util_peak", "type": "quantitative",
                                                     "title": "utilisation %", "scale": {"domain": [0, 100]}}}}]},
                 {"width": WIDTH, "height": 110, "transform": _fold(memory),
                  "mark": "line",
-                 "encoding": {"x": _x(wall), "y": {"field": "gib", "type": "quantitative", "title": "GiB"},
+                 "encoding": {"x": _x(span), "y": {"field": "gib", "type": "quantitative", "title": "GiB"},
                               "stroke": _series_stroke(memory, "GPU memory")}}]}
 
 
@@ -266,15 +160,16 @@ def overlay_chart(rows_by_run: dict[str, list[dict]], field: str, title: str, y_
 
 def run_charts(report) -> dict[str, dict]:
     """Every chart of one run, by id (absent when there is nothing to draw)."""
-    wall = report.record.wall_seconds or (report.samples[-1].t if report.samples else 1.0)
-    rows = series(report.samples, wall)
+    timeline = report.timeline
+    wall = report.record.wall_seconds or timeline.get("wall_seconds") or 1.0
+    span = (timeline.get("from_seconds") or 0.0, timeline.get("to_seconds") or wall)
+    rows = timeline["series"]
     bands = phase_bands(report.phases)
-    ends = step_ends(report.events)
     allowed = (report.record.env.get("host") or {}).get("cores_allowed")
-    charts = {"cores": cores_chart(rows, bands, ends, wall, allowed),
-              "steps": step_rate_chart(ends, wall),
-              "heatmap": heatmap_chart(heatmap(report.samples, wall), wall),
-              "memory": memory_chart(rows, bands, wall),
-              "gpu": gpu_chart(rows, bands, wall),
-              "histogram": histogram_chart(histogram(step_seconds(report.events)))}
+    charts = {"cores": cores_chart(rows, bands, timeline["step_ticks"], span, allowed),
+              "steps": step_rate_chart(timeline["step_rate"], span),
+              "heatmap": heatmap_chart(timeline["heatmap"], span),
+              "memory": memory_chart(rows, bands, span),
+              "gpu": gpu_chart(rows, bands, span),
+              "histogram": histogram_chart(timeline["histogram"])}
     return {k: v for k, v in charts.items() if v is not None}

@@ -165,8 +165,7 @@ def _comparison_table(comparison) -> str:
 
 def comparison_page(a, b, comparison, js: str | None = None) -> str:
     """Two runs: the comparison, overlaid timelines, then each run's own section."""
-    rows = {label: charts.series(side.report.samples, side.report.record.wall_seconds or 1.0)
-            for label, side in (("A", a), ("B", b))}
+    rows = {label: side.report.timeline["series"] for label, side in (("A", a), ("B", b))}
     specs = {"cmp-cores": charts.overlay_chart(rows, "cores_mean", "Cores busy, A and B", "cores busy"),
              "cmp-memory": charts.overlay_chart(rows, "rss_gib", "RSS, A and B", "GiB")}
     body = (f"<h1>A: {_e(a.label)} · B: {_e(b.label)}</h1><h2>Comparison</h2>{_comparison_table(comparison)}"

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from tensorgauge.analyse.account import account
 from tensorgauge.analyse.run_report import RunReport
-from tensorgauge.model import Phase, RunRecord
+from tensorgauge.model import Phase, RunRecord, Sample
 from tensorgauge.render.phase_columns import phase_columns
 from tensorgauge.render.text import safe
 from tensorgauge.units import format_bytes, format_seconds
@@ -127,7 +127,7 @@ def render_budget(console: Console, budget: dict) -> None:
 
 def render_run(console: Console, report: RunReport) -> None:
     r, s = report.record, report.summary
-    wall = r.wall_seconds if r.wall_seconds is not None else (report.samples[-1].t if report.samples else 0.0)
+    wall = r.wall_seconds if r.wall_seconds is not None else report.timeline.get("wall_seconds") or 0.0
     title = f"[bold]{safe(r.run_id)}[/bold]" + (f"  {safe(r.name)}" if r.name else "")
     console.print(title)
     console.print(f"  command  {safe(command_text(r.command))}")
@@ -255,3 +255,32 @@ def render_devices(console: Console, result: dict) -> None:
     for f in result["findings"]:
         console.print(f"\n  [bold]{f['severity']}[/bold] {safe(f['title'])}  ({f['id']})")
         console.print(f"    fix: {safe(f['fix'])}")
+
+
+def render_window(console: Console, report: RunReport, samples: list[Sample], start: float, end: float) -> None:
+    """Every sample between ``start`` and ``end`` (seconds from the run's start), with the phase it fell in."""
+    r = report.record
+    console.print(f"[bold]{safe(r.name or r.run_id)}[/bold]  {format_seconds(start)} to {format_seconds(end)} "
+                  f"from the start: {len(samples)} samples (every {r.interval_seconds:g} s recorded)")
+    if not samples:
+        console.print("  no samples in this window (the run is "
+                      f"{format_seconds(r.wall_seconds or report.timeline.get('wall_seconds'))} long)")
+        return
+    gpus = any(s.gpus for s in samples)
+    table = Table(box=None, header_style="bold")
+    columns = ["t (s)", "cores busy", "CPU-s", "RSS", "threads"] + (["GPU util", "GPU mem"] if gpus else []) \
+        + ["phase"]
+    for column in columns:
+        table.add_column(column, justify="left" if column == "phase" else "right", no_wrap=True)
+    phases = sorted(report.phases, key=lambda p: p.start)
+    for s in samples:
+        inside = [p for p in phases if p.start <= s.t <= p.end]
+        phase = max(inside, key=lambda p: p.start).name if inside else ""
+        row = [f"{s.t:.3f}", f"{s.cores_busy:.2f}" if s.cores_busy is not None else "-", f"{s.cpu_seconds:.2f}",
+               format_bytes(s.rss_bytes), str(s.threads)]
+        if gpus:
+            util = [g.util_percent for g in s.gpus if g.util_percent is not None]
+            memory = [g.memory_used_bytes for g in s.gpus if g.memory_used_bytes is not None]
+            row += [f"{max(util):.0f}%" if util else "-", format_bytes(max(memory)) if memory else "-"]
+        table.add_row(*row, safe(phase))
+    console.print(table)
