@@ -21,7 +21,9 @@ from tensorgauge.render.compare import render_compare
 from tensorgauge.render.html import comparison_page, run_page
 from tensorgauge.render.terminal import render_run
 from tensorgauge.store import Store
-from tensorgauge.store.bundle import SCHEMA, BundleError, from_dict
+from tensorgauge.store.bundle import BundleError, from_dict
+
+SCHEMA = "tensorgauge.bundle/1"  # the form with every sample an object: each field checked by its kind
 
 TEXT = st.text(max_size=12)
 NUMBER = st.one_of(st.integers(-10**6, 10**6), st.floats(-1e6, 1e6, allow_nan=False))
@@ -34,7 +36,7 @@ def value_of(kind: str):
     if kind.endswith("?"):
         return st.one_of(st.none(), value_of(kind[:-1]))
     if kind == "records":
-        return st.lists(record(GpuReading), max_size=2)
+        return st.lists(record(GpuReading), max_size=2, unique_by=lambda g: g["index"])
     return {"number": NUMBER, "int": INT, "bool": st.booleans(), "text": TEXT,
             "texts": st.lists(TEXT, max_size=3), "numbers": st.lists(NUMBER, max_size=4),
             "ints": st.lists(INT, max_size=3), "objects": st.lists(OBJECT, max_size=2), "object": OBJECT,
@@ -106,11 +108,16 @@ def test_a_wrong_kind_in_any_event_payload_is_one_clear_error(event_kind, name, 
         from_dict(doc)
 
 
+def _floats(cls, doc: dict) -> dict:
+    spec = record_spec(cls)
+    return {k: float(v) + 0.0 if spec[k].rstrip("?") == "number" and v is not None else v for k, v in doc.items()}
+
+
 def normalised(sample) -> str:
-    """A sample as sorted JSON, numbers as floats (a REAL column returns 5 as 5.0)."""
-    spec = record_spec(Sample)
-    doc = {k: float(v) + 0.0 if spec[k].rstrip("?") == "number" and v is not None else v
-           for k, v in sample.to_dict().items()}
+    """A sample as sorted JSON, numbers as floats (stored as float64, 5 comes back as 5.0)."""
+    doc = _floats(Sample, sample.to_dict())
+    doc["cpu_percent"] = [float(x) for x in doc["cpu_percent"]] if doc["cpu_percent"] is not None else None
+    doc["gpus"] = sorted((_floats(GpuReading, g) for g in doc["gpus"]), key=lambda g: g["index"])  # by index
     return json.dumps(doc, sort_keys=True)
 
 

@@ -6,12 +6,20 @@ Infinity) and checked field by field against the record declarations
 (:mod:`tensorgauge.model`) and the hook protocol's payloads
 (:mod:`tensorgauge.hook.protocol`). Nothing in it is ever executed.
 
-    {"schema": "tensorgauge.bundle/1", "tensorgauge_version": str, "created_at": str,
-     "run": {RunRecord fields}, "samples": [{Sample fields}], "events": [{"t", "pid", "kind", "data"}]}
+    {"schema": "tensorgauge.bundle/2", "tensorgauge_version": str, "created_at": str,
+     "run": {RunRecord fields}, "sample_chunks": [base64 of a chunk, see .chunks],
+     "events": [{"t", "pid", "kind", "data"}]}
+
+Samples travel as the store keeps them, compressed a minute a chunk (a day's
+run is ~25 MB, not ~620 MB); step times as digests. A ``tensorgauge.bundle/1``
+file (samples as objects, every step's time in ``steps`` events) still reads:
+its steps are digested on the way in.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime
 import json
 import re
@@ -20,13 +28,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from tensorgauge import __version__
-from tensorgauge.checks import ValidationError, check_event_data, check_object, check_record
+from tensorgauge.checks import ValidationError, check_event_data, check_object, check_record, check_sample
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.model import BUDGET_FIELDS, ENV_PARTS, GPU_LIMIT_FIELDS, Event, RunRecord, Sample
+from tensorgauge.series import REQUIRED, SampleSeries
+from tensorgauge.steps import digest_steps
+from tensorgauge.store import chunks
 
-SCHEMA = "tensorgauge.bundle/1"
-MAX_BYTES = 512 << 20
+SCHEMA = "tensorgauge.bundle/2"
+SCHEMAS = ("tensorgauge.bundle/1", SCHEMA)  # what this version reads
+MAX_BYTES = 2 << 30  # a day's run in the old form (every sample an object) is ~620 MB
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -37,13 +51,19 @@ class BundleError(TensorgaugeError):
 @dataclass
 class Bundle:
     record: RunRecord
-    samples: list[Sample]
+    series: SampleSeries
     events: list[Event]
+    blobs: list[bytes] | None = None  # the samples as compressed chunks, when read that way from a store
+
+    @property
+    def samples(self) -> list[Sample]:
+        return self.series.to_samples()
 
     def to_dict(self) -> dict:
+        blobs = self.blobs if self.blobs is not None else [row[-1] for row in chunks.split(self.series)]
         return {"schema": SCHEMA, "tensorgauge_version": __version__,
                 "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                "run": self.record.to_dict(), "samples": [s.to_dict() for s in self.samples],
+                "run": self.record.to_dict(), "sample_chunks": [base64.b64encode(b).decode() for b in blobs],
                 "events": [e.to_dict() for e in self.events]}
 
     def write(self, path: str | Path) -> None:
@@ -74,17 +94,18 @@ def from_dict(doc: Any) -> Bundle:
     if not isinstance(doc, dict) or "schema" not in doc:
         raise BundleError("not a tensorgauge bundle (no 'schema')")
     schema = doc["schema"]
-    if schema != SCHEMA:
+    if schema not in SCHEMAS:
         if isinstance(schema, str) and schema.startswith("tensorgauge.bundle/"):
             raise BundleError(f"bundle schema {schema!r} is not supported by tensorgauge {__version__} "
-                              f"(it reads {SCHEMA}); upgrade tensorgauge")
+                              f"(it reads {', '.join(SCHEMAS)}); upgrade tensorgauge")
         raise BundleError(f"not a tensorgauge bundle (schema {str(schema)[:60]!r})")
     try:
         run = _check_run(doc.get("run"))
-        for name in ("samples", "events"):
+        samples_key = "sample_chunks" if schema == SCHEMA else "samples"
+        for name in (samples_key, "events"):
             if not isinstance(doc.get(name), list):
                 raise BundleError(f"'{name}' is not a list")
-        samples = [Sample.from_dict(check_record(Sample, s, f"samples[{i}]")) for i, s in enumerate(doc["samples"])]
+        series = _chunks(doc[samples_key]) if schema == SCHEMA else _samples(doc[samples_key])
         events = []
         for i, e in enumerate(doc["events"]):
             check_record(Event, e, f"events[{i}]")
@@ -92,7 +113,39 @@ def from_dict(doc: Any) -> Bundle:
             events.append(Event.from_dict(e))
     except ValidationError as exc:
         raise BundleError(str(exc)) from None
-    return Bundle(RunRecord.from_dict(run), samples, events)
+    return Bundle(RunRecord.from_dict(run), series, digest_steps(events))
+
+
+def _samples(docs: list) -> SampleSeries:
+    """bundle/1's sample objects, checked, as columns (a few thousand objects at a time)."""
+    parts = []
+    for first in range(0, len(docs), 6000):
+        parts.append(SampleSeries.from_samples([Sample.from_dict(check_sample(s, f"samples[{first + i}]"))
+                                                for i, s in enumerate(docs[first:first + 6000])]))
+    return SampleSeries.concat(parts)
+
+
+def _chunks(texts: list) -> SampleSeries:
+    """bundle/2's compressed chunks, decoded and checked (every required field present, times in order)."""
+    parts = []
+    for i, text in enumerate(texts):
+        where = f"sample_chunks[{i}]"
+        if not isinstance(text, str):
+            raise ValidationError(f"{where} is not text")
+        try:
+            part = chunks.decode(base64.b64decode(text, validate=True))
+        except (ValueError, binascii.Error, KeyError, TypeError) as exc:
+            raise ValidationError(f"{where} is not a sample chunk ({str(exc)[:80]})") from None
+        except Exception as exc:  # zstd's own error for a damaged frame
+            raise ValidationError(f"{where} is damaged ({type(exc).__name__})") from None
+        for name in REQUIRED:
+            if np.any(np.isnan(part[name])):
+                raise ValidationError(f"{where} has samples without {name}")
+        parts.append(part)
+    series = SampleSeries.concat(parts)
+    if len(series) > 1 and np.any(np.diff(series.t) < 0):
+        raise ValidationError("sample_chunks are not in time order")
+    return series
 
 
 def _no_constants(name: str):
@@ -134,11 +187,12 @@ def loads(text: str, where: str = "bundle") -> Bundle:
 
 
 def export_run(store, ref: str) -> Bundle:
+    """The run as a bundle: its chunks as stored (never decoded), its events as they are."""
     record = store.run(ref)
-    return Bundle(record, store.samples(record.run_id), store.events(record.run_id))
+    return Bundle(record, SampleSeries.empty(), store.events(record.run_id), blobs=store.sample_blobs(record.run_id))
 
 
 def import_bundle(store, bundle: Bundle) -> str:
     """Store the bundle's run (all or nothing); returns its run id."""
-    store.import_run(bundle.record, bundle.samples, bundle.events)
+    store.import_run(bundle.record, bundle.series, bundle.events)
     return bundle.record.run_id
