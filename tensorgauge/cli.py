@@ -48,18 +48,33 @@ def _dispatch(args: argparse.Namespace) -> int:
         return module.run(list(args.command), options, try_fixes=args.try_fixes)
     calls = {
         "runs": lambda: module.runs(args.store),
-        "show": lambda: module.show(args.store, args.run, args.json),
+        "show": lambda: module.show(args.store, args.run, args.json, args.start, args.end),
         "rm": lambda: module.rm(args.store, args.runs),
         "devices": lambda: module.devices(args.path, args.json, args.device, args.input_shape, args.logical_cpus),
         "env": lambda: module.env(args.json),
         "bench": lambda: module.bench(args.store, args.quick, args.output),
-        "report": lambda: module.report(args.store, args.runs, args.output),
+        "report": lambda: module.report(args.store, args.runs, args.output, args.start, args.end),
         "export": lambda: module.export(args.store, args.run, args.output),
         "import": lambda: module.import_bundle(args.store, args.file),
         "compare": lambda: module.compare(args.store, args.a, args.b, args.json, args.job),
         "demo": lambda: module.demo(args.store, args.scenario, args.json),
     }
     return calls[verb]()
+
+
+def _offset(text: str) -> float:
+    from tensorgauge.units import parse_offset_seconds
+
+    try:
+        return parse_offset_seconds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _window_arguments(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--from", dest="start", type=_offset, metavar="TIME", help=what)
+    p.add_argument("--to", dest="end", type=_offset, metavar="TIME",
+                   help="the window's end (default: 2 minutes after --from, or the run's end)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", help="run id, unique prefix, name, or 'last'")
     p.add_argument("--json", nargs="?", const="-", metavar="PATH",
                    help="the tensorgauge.run/1 document, to stdout or PATH")
+    _window_arguments(p, "every sample between these times from the run's start, at full resolution "
+                         "(e.g. --from 3h10m --to 3h12m)")
     p.set_defaults(verb="show")
 
     p = sub.add_parser("rm", parents=[common], help="delete runs")
@@ -159,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "files), their comparison first.")
     p.add_argument("runs", nargs="+", metavar="RUN", help="one run, or two to compare")
     p.add_argument("-o", "--output", required=True, metavar="FILE.html")
+    _window_arguments(p, "draw only this stretch of one run, every sample (e.g. --from 3h10m --to 3h12m)")
     p.set_defaults(verb="report")
 
     p = sub.add_parser("export", parents=[common], help="write a run to a portable bundle file")

@@ -1,6 +1,19 @@
-"""Formatting of bytes, seconds and shares for people."""
+"""Formatting of bytes, seconds and shares for people (and reading a time offset back)."""
 
 from __future__ import annotations
+
+import re
+
+_OFFSET = re.compile(r"(?:(\d+(?:\.\d*)?)h)?(?:(\d+(?:\.\d*)?)m)?(?:(\d+(?:\.\d*)?)s?)?")
+
+
+def parse_offset_seconds(text: str) -> float:
+    """A time from the run's start: ``3h10m``, ``190m``, ``90s``, ``11400``, ``1h2m3.5s``; ValueError otherwise."""
+    match = _OFFSET.fullmatch(text.strip().lower())
+    if not text.strip() or match is None or not any(match.groups()):
+        raise ValueError(f"'{text}' is not a time from the run's start (e.g. 3h10m, 90s, 11400)")
+    hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+    return hours * 3600 + minutes * 60 + seconds
 
 
 def format_bytes(n: float | None) -> str:

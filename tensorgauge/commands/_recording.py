@@ -121,12 +121,13 @@ def record(command: list[str], options: RecordOptions) -> tuple[int, str]:
     if result.warning:
         return result.exit_code, result.record.run_id
     record_ = result.record
-    if options.json_path:  # the whole report: read back and analysed
-        try:
-            write_json(RunReport.load(store, record_.run_id).to_dict(), options.json_path)
-        except TensorgaugeError as exc:  # the job's exit code stands; the run is in the store
-            _say(err, f"tensorgauge: warning: {safe(str(exc))} (the run is stored: tensorgauge show "
-                      f"{record_.run_id} --json)", markup=False)
+    try:  # analysed once, now, and stored with the run: reading it later costs the same however long it ran
+        analysed = RunReport.load(store, record_.run_id)
+        if options.json_path:
+            write_json(analysed.to_dict(), options.json_path)
+    except TensorgaugeError as exc:  # the job's exit code stands; the run is in the store
+        _say(err, f"tensorgauge: warning: {safe(str(exc))} (the run is stored: tensorgauge show "
+                  f"{record_.run_id} --json)", markup=False)
     if not options.quiet:  # from what the monitor saw: no reading back, however long the run
         from tensorgauge.render.terminal import outcome
         from tensorgauge.units import format_bytes, format_seconds

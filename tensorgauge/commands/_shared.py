@@ -100,3 +100,16 @@ def load_side(store_location: str | None, ref: str) -> Side:
         return Side(Path(ref).name, report)
     report = RunReport.load(open_store(store_location, create=False), ref)
     return Side(report.record.name or report.record.run_id, report)
+
+
+WINDOW_SECONDS = 120.0  # --from without --to: two minutes
+
+
+def window(report, start: float | None, end: float | None) -> tuple[float, float]:
+    """The (from, to) seconds a ``--from``/``--to`` pair names in ``report``'s run (checked)."""
+    first = start if start is not None else 0.0
+    wall = report.record.wall_seconds or report.timeline.get("wall_seconds") or 0.0
+    last = end if end is not None else (first + WINDOW_SECONDS if start is not None else wall)
+    if last <= first:
+        raise TensorgaugeError(f"--to ({last:g} s) must come after --from ({first:g} s)")
+    return first, last

@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
-import gc
-
-from tensorgauge.commands._shared import check_output, load_side, write_text
+from tensorgauge.commands._shared import check_output, load_side, open_store, window, write_text
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.render.text import plain
 
 
-def report(store: str | None, refs: list[str], output: str) -> int:
+def report(store: str | None, refs: list[str], output: str, start: float | None = None,
+           end: float | None = None) -> int:
     from tensorgauge.render.html import comparison_page, run_page
 
-    gc.disable()  # a one-hour run loads ~1M small objects that all live to the end: no cycles to find
     if len(refs) > 2:
         raise TensorgaugeError("report takes one run, or two to compare")
+    if len(refs) > 1 and (start is not None or end is not None):
+        raise TensorgaugeError("--from/--to draw a stretch of one run: give one run")
     check_output(output, store)
     sides = [load_side(store, ref) for ref in refs]
+    if start is not None or end is not None:
+        from tensorgauge.analyse import timeline
+
+        run = sides[0].report
+        first, last = window(run, start, end)
+        samples = open_store(store, create=False).series(run.record.run_id, first, last)
+        run.timeline = timeline.window(samples, run.timeline, first, last)
     if len(sides) == 1:
         page = run_page(sides[0].report)
     else:

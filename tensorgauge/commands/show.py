@@ -1,15 +1,28 @@
-"""``tensorgauge show RUN``: one run's summary, phases, account and findings (or its JSON)."""
+"""``tensorgauge show RUN``: one run's summary, phases, account and findings (or its JSON);
+with ``--from``/``--to``, every sample of a stretch of it."""
 
 from __future__ import annotations
 
-from tensorgauge.commands._shared import console, open_store, write_json
+from tensorgauge.commands._shared import console, open_store, window, write_json
 
 
-def show(store: str | None, ref: str, json_path: str | None = None) -> int:
+def show(store: str | None, ref: str, json_path: str | None = None, start: float | None = None,
+         end: float | None = None) -> int:
     from tensorgauge.analyse.run_report import RunReport
-    from tensorgauge.render.terminal import render_run
+    from tensorgauge.render.terminal import render_run, render_window
 
-    report = RunReport.load(open_store(store, create=False), ref)
+    runs = open_store(store, create=False)
+    report = RunReport.load(runs, ref)
+    if start is not None or end is not None:
+        first, last = window(report, start, end)
+        samples = runs.samples(report.record.run_id, first, last)
+        if json_path:
+            write_json({"run_id": report.record.run_id, "from_seconds": first, "to_seconds": last,
+                        "samples": [s.to_dict() for s in samples]}, json_path)
+            if json_path == "-":
+                return 0
+        render_window(console(), report, samples, first, last)
+        return 0
     if json_path:
         write_json(report.to_dict(), json_path)
         if json_path == "-":

@@ -43,7 +43,8 @@ from tensorgauge.store import Store
 
 HOOK_SITE_DIR = Path(__file__).parent.parent / "hook" / "_site"
 
-_WAKE_SIGNALS = (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+_FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+_WAKE_SIGNALS = (signal.SIGCHLD, *_FORWARDED_SIGNALS)
 STORE_WAIT_SECONDS = 120.0  # how long the end of a run waits for a locked or busy store
 _OWN_PROCESS_GROUP: dict = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
 
@@ -136,6 +137,9 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     # After the fork: a blocked mask is inherited, and the job must get its signals. Threads
     # started from here on (the store writer) inherit it, so only sigtimedwait takes them.
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WAKE_SIGNALS)
+    # Threads started before (numpy's BLAS pool, on import) do not block them: a signal the kernel
+    # hands to one of those comes to this handler, in the main thread, instead of killing the monitor.
+    old_handlers = {sig: signal.signal(sig, _forward_to(child.pid)) for sig in _FORWARDED_SIGNALS}
     terminal = _Terminal.hand_to(child.pid)
     ended = _ChildEnd(child.pid)
     writer = StoreWriter(store)
@@ -179,7 +183,9 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
         elif ended.status is None:
             ended.wait(None)
         terminal.take_back()
-        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)  # a signal still pending is forwarded now
+        for sig, handler in old_handlers.items():
+            signal.signal(sig, handler)
         if guard is not None:
             guard.release()
         files.remove()
@@ -299,6 +305,17 @@ def _set_foreground(fd: int, pgid: int) -> None:
         pass
     finally:
         signal.signal(signal.SIGTTOU, old)
+
+
+def _forward_to(pid: int) -> Callable[[int, Any], None]:
+    """A signal handler passing the signal on to the job's process group."""
+    def forward(signum: int, frame: Any) -> None:
+        try:
+            os.killpg(pid, signum)
+        except ProcessLookupError:
+            pass
+
+    return forward
 
 
 class _ChildEnd:
