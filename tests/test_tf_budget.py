@@ -34,7 +34,7 @@ def test_memory_budget_stops_gracefully_and_training_resumes(store_path, tg_cmd,
     b = report.record.budget
     assert b["stopped"] and b["graceful"] and b["checkpoint"] == str(checkpoint)
     assert b["max_memory_bytes"] == pytest.approx(budget, rel=0.001)
-    peak = max(s.rss_bytes for s in report.samples)
+    peak = max(s.rss_bytes for s in store.samples(report.record.run_id))
     assert peak <= budget * 1.05
     assert sorted(p.name for p in checkpoint.iterdir()) == ["latest.weights.h5", "training_metadata.json"]
     stopped_in = json.loads((tmp_path / "first.json").read_text())["epochs"][-1]
