@@ -152,6 +152,9 @@ def test_show_from_to_prints_every_sample_of_the_window(tmp_path, capsys):
                  str(tmp_path / "w.html")]) == 0
     page = (tmp_path / "w.html").read_text()
     assert '"domain": [60' in page or '"domain":[60' in page
+    assert "every sample; drag a chart" in page  # 30 s in 1,500 bins: one sample a bin at most
+    assert main(["report", "--store", str(store_path), "r", "-o", str(tmp_path / "all.html")]) == 0
+    assert "bins of 200.0 ms, each with its peak and minimum" in (tmp_path / "all.html").read_text()
 
 
 def test_a_damaged_chunk_is_one_clear_line_and_other_runs_still_read(tmp_path, capsys):

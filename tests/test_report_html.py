@@ -67,6 +67,9 @@ def test_report_renders_every_chart_without_console_messages(two_runs, tmp_path,
     assert f"report: {page}" in capsys.readouterr().out
     specs = specs_in(page)
     assert {"c-cores", "c-steps", "c-memory", "c-histogram"} <= set(specs)
+    zoomable = [layer for layer in specs["c-cores"]["layer"] if layer.get("params")]
+    assert zoomable and zoomable[0]["params"][0]["bind"] == "scales"  # drag pans, the wheel zooms
+    assert "--from 3h10m --to 3h12m" in page.read_text()  # how to see every sample of a stretch
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     dom, console = open_in_chromium(page, ARTIFACTS / "report.png")
     assert console == []

@@ -40,6 +40,11 @@ def _x(span: Span) -> dict:
     return {"field": "t", "type": "quantitative", "title": "seconds from start", "scale": {"domain": _domain(span)}}
 
 
+# Drag to pan, scroll to zoom along time (the bins, each with its peak: every sample of a
+# stretch is `report RUN --from --to`).
+ZOOM = {"name": "zoom", "select": {"type": "interval", "encodings": ["x"]}, "bind": "scales"}
+
+
 def _bands_layer(bands: list[dict], span: Span) -> dict:
     return {"data": {"values": bands}, "mark": {"type": "rect", "opacity": 0.18},
             "encoding": {"x": {"field": "start", "type": "quantitative", "scale": {"domain": _domain(span)}},
@@ -68,7 +73,7 @@ def cores_chart(rows: list[dict], bands: list[dict], ends: list[float], span: Sp
               {"data": {"values": rows}, "mark": {"type": "area", "opacity": 0.3, "color": "#4c78a8"},
                "encoding": {"x": _x(span), "y": {"field": "cores_peak", "type": "quantitative",
                                                   "title": "cores busy"}}},
-              {"data": {"values": rows}, "mark": {"type": "line", "color": "#1f3b63"},
+              {"data": {"values": rows}, "mark": {"type": "line", "color": "#1f3b63"}, "params": [ZOOM],
                "encoding": {"x": _x(span), "y": {"field": "cores_mean", "type": "quantitative"},
                             "tooltip": [{"field": "t", "title": "s"}, {"field": "cores_mean", "title": "mean"},
                                         {"field": "cores_peak", "title": "peak"}]}}]
@@ -112,7 +117,7 @@ def memory_chart(rows: list[dict], bands: list[dict], span: Span) -> dict:
             "layer": [_bands_layer(bands, span),
                       {"data": {"values": rows},
                        "transform": _fold(fields),
-                       "mark": "line",
+                       "mark": "line", "params": [ZOOM],
                        "encoding": {"x": _x(span), "y": {"field": "gib", "type": "quantitative", "title": "GiB"},
                                     "stroke": _series_stroke(fields, "memory")}}]}
 

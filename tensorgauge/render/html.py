@@ -18,6 +18,7 @@ import shlex
 from pathlib import Path
 
 from tensorgauge import __version__
+from tensorgauge.analyse.timeline import MAX_BINS
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.render import charts
 from tensorgauge.render.phase_columns import phase_columns
@@ -140,10 +141,23 @@ def _page(title: str, body: str, specs: dict[str, dict], js: str) -> str:
             f"<script>{js}</script><script>{EMBED}</script></body></html>")
 
 
+def _timeline_hint(report) -> str:
+    timeline = report.timeline
+    rows = timeline.get("series") or []
+    if len(rows) < 2:
+        return ""
+    start, end = timeline.get("from_seconds") or 0.0, timeline.get("to_seconds") or report.record.wall_seconds or 0.0
+    width = (end - start) / MAX_BINS
+    kind = ("every sample" if width <= report.record.interval_seconds
+            else f"bins of {format_seconds(width)}, each with its peak and minimum")
+    return (f"<p class='meta'>{_e(kind)}; drag a chart to pan, scroll to zoom. Every sample of a stretch: "
+            f"<code>tensorgauge report {_e(report.record.run_id)} --from 3h10m --to 3h12m</code>.</p>")
+
+
 def run_page(report, js: str | None = None) -> str:
     """The report of one run."""
     chart_divs, specs = _charts_html("c-", charts.run_charts(report))
-    body = (_header(report) + "<h2>Timeline</h2>" + chart_divs + "<h2>Phases</h2>" + _phase_table(report)
+    body = (_header(report) + "<h2>Timeline</h2>" + _timeline_hint(report) + chart_divs + "<h2>Phases</h2>" + _phase_table(report)
             + "<h2>Findings</h2>" + _findings(report) + "<h2>Environment</h2>" + _environment(report))
     return _page(f"tensorgauge: {report.record.name or report.record.run_id}", body, specs,
                  javascript() if js is None else js)
