@@ -62,12 +62,42 @@ def test_custom_loop_computing_gradients_eagerly():
     assert loop.evidence == {"eager_gradient_calls": 32, "seconds": 0.32, "steps_per_second": 100.0}
     assert eager_execution(None, None, counts(8)) is None  # a few eager gradients: a test, not a loop
     assert eager_execution({"run_eagerly": False}, fit(), counts(8, 16)) is None  # fit's own, not a custom loop
-    traces = [Event(t=i, pid=1, kind="trace", data={"function": "step"}) for i in range(8)]
-    traces += [Event(t=9, pid=1, kind="trace", data={"function": "train_function"})] * 2
-    finding = retracing(traces)
-    assert finding.severity == "moderate" and finding.evidence["traces"] == {"step": 8}
+
+
+def trace(name: str, n: int = 1, origin: str = "user", where: str | None = "train.py:12", **data) -> Event:
+    return Event(t=float(n), pid=1, kind="trace", data={"function": name, "origin": origin, "where": where,
+                                                         "instance_trace": n, **data})
+
+
+def test_retracing_of_the_users_function():
+    traces = [trace("step", n, seconds=0.25, rss_delta_bytes=2 << 20) for n in range(1, 9)]
+    finding = retracing(traces + [trace("train_function", 1)] * 2)
+    assert finding.severity == "moderate" and finding.title == "tf.function 'step' (train.py:12) was traced 8 times"
+    assert finding.evidence == {"traces": {"step (train.py:12)": 8}, "instances": 1, "tracing_seconds": 2.0,
+                                "memory_bytes": 16 << 20, "memory_bytes_per_trace": 2 << 20}
+    assert "input_signature" in finding.fix and "2.00 s of tracing and 16.0 MiB" in finding.expected_gain
     assert retracing(traces[:5]) is None
-    assert retracing(traces[:1] * 25).severity == "high"
+    assert retracing([trace("step", n) for n in range(1, 26)]).severity == "high"
+
+
+def test_a_tf_function_created_in_a_loop_is_retracing_too():
+    finding = retracing([trace("step", 1) for _ in range(7)])
+    assert "created anew" in finding.title and "7 instances" in finding.title and "once, outside" in finding.fix
+
+
+def test_tf_data_and_keras_plumbing_is_never_retracing():
+    """Keras builds a new tf.data pipeline per fit, and a train function per model: traced anew,
+    never retraced by the user (seen as 'Dataset_map_permutation traced 12 times')."""
+    plumbing = [trace(name, 1, origin="library", where="trainer.py:100")
+                for name in ("Dataset_map_permutation", "one_step_on_data", "Dataset_map_lambda")
+                for _ in range(20)]
+    assert retracing(plumbing) is None
+    # Recorded before trace events had an origin: judged by name.
+    legacy = [Event(t=1.0, pid=1, kind="trace", data={"function": name})
+              for name in ("Dataset_flat_map_slice_batch_indices", "one_step_on_data") for _ in range(12)]
+    assert retracing(legacy) is None
+    assert retracing(legacy + [Event(t=2.0, pid=1, kind="trace", data={"function": "step"})] * 6).evidence[
+        "traces"] == {"step": 6}
 
 
 def test_thread_limited_needs_the_limit_to_bind():

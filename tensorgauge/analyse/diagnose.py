@@ -8,7 +8,6 @@ follow the TF Profiler's grading (>= 20% of step time high, 5-20% moderate).
 from __future__ import annotations
 
 import statistics
-from collections import Counter
 
 import numpy as np
 
@@ -17,6 +16,7 @@ from tensorgauge.analyse.rules import RunFacts, rule
 from tensorgauge.hook.protocol import Kind
 from tensorgauge.model import Event, Finding, Phase
 from tensorgauge.series import SampleSeries
+from tensorgauge.units import format_bytes
 
 INPUT_HIGH, INPUT_MODERATE = 0.20, 0.05
 SATURATED = 0.85  # cores busy / cores allowed at which more parallelism cannot help
@@ -27,6 +27,9 @@ EAGER_GRADIENTS = 16  # eager GradientTape.gradient calls that make a custom loo
 SMALL_STEP_SECONDS, SMALL_BATCH = 0.003, 64
 STARTUP_SHARE, STARTUP_MIN_SECONDS = 0.5, 3.0
 OVERSUBSCRIBED_MODERATE, OVERSUBSCRIBED_HIGH = 3.0, 5.0  # runnable threads per CPU ("far more")
+PREDICT_LOOP_CALLS, PREDICT_SMALL_STEPS = 20, 2  # predict calls of at most this many batches each
+PREDICT_MIN_GAIN = 1.5  # model(x) against predict(x), measured in the job: less is not worth a finding
+PREDICT_HIGH_SHARE = 0.2  # of the run's wall spent in those calls
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms"
@@ -120,19 +123,55 @@ def eager_execution(config: dict | None, fit: Phase | None, events: list[Event])
         expected_gain="graph execution is usually several times faster on small and medium models")
 
 
+# Functions tf.data and Keras build afresh for every pipeline, fit and model: traced once each,
+# never retraced by the user's code. Only for trace events recorded before they carried an origin.
+LIBRARY_FUNCTIONS = ("Dataset_", "one_step_on_", "multi_step_on_", "train_function", "test_function",
+                     "predict_function")
+
+
+def _user_trace(data: dict) -> bool:
+    if "origin" in data:
+        return data["origin"] == "user"
+    return not str(data.get("function", "")).startswith(LIBRARY_FUNCTIONS)
+
+
 def retracing(events: list[Event]) -> Finding | None:
-    counts = Counter(e.data.get("function", "?") for e in events if e.kind == Kind.TRACE)
-    worst = [(name, n) for name, n in counts.most_common() if n > RETRACES_MODERATE]
+    """A tf.function of the user's code traced more than :data:`RETRACES_MODERATE` times: one
+    instance traced again and again (new shapes, Python arguments), or a new instance made at
+    each call (a tf.function created inside a loop or a function)."""
+    groups: dict[tuple[str, str | None], list[dict]] = {}
+    for e in events:
+        if e.kind == Kind.TRACE and _user_trace(e.data):
+            groups.setdefault((str(e.data.get("function", "?")), e.data.get("where")), []).append(e.data)
+    worst = sorted(((key, traces) for key, traces in groups.items() if len(traces) > RETRACES_MODERATE),
+                   key=lambda item: -len(item[1]))
     if not worst:
         return None
-    name, n = worst[0]
+    (name, where), traces = worst[0]
+    n = len(traces)
+    instances = sum(1 for d in traces if d.get("instance_trace", 1) == 1)
+    seconds = sum(d.get("seconds") or 0.0 for d in traces)
+    grown = [d["rss_delta_bytes"] for d in traces if d.get("rss_delta_bytes") is not None]
+    memory = sum(b for b in grown if b > 0)
+    at = f" ({where})" if where else ""
+    evidence: dict = {"traces": {f"{k[0]} ({k[1]})" if k[1] else k[0]: len(v) for k, v in worst},
+                      "instances": instances, "tracing_seconds": round(seconds, 3)}
+    if grown:
+        evidence.update(memory_bytes=memory, memory_bytes_per_trace=memory // max(1, len(grown)))
+    if instances > n // 2:
+        title = f"tf.function '{name}'{at} was created anew and traced {n} times ({instances} instances)"
+        fix = ("Create the tf.function once, outside the loop or function that runs it (decorate a module-level "
+               "function or build it in __init__), and call that one instance: each new instance traces again.")
+    else:
+        title = f"tf.function '{name}'{at} was traced {n} times"
+        fix = ("Give the function a fixed input_signature (or reduce_retracing=True), pass tensors instead of "
+               "Python numbers, and keep batch shapes constant (drop_remainder=True).")
+    cost = f"{seconds:.2f} s of tracing" if seconds else "the graph builds (often 0.1-1 s each)"
+    if grown:
+        cost += f" and {format_bytes(memory)} of memory the traces took"
     return Finding(
-        id="retracing", severity="high" if n > RETRACES_HIGH else "moderate",
-        title=f"tf.function '{name}' was traced {n} times",
-        evidence={"traces": dict(worst)},
-        fix="Give the function a fixed input_signature (or reduce_retracing=True), pass tensors instead of Python "
-            "numbers, and keep batch shapes constant (drop_remainder=True).",
-        expected_gain="each trace costs a graph build (often 0.1-1 s); stable signatures trace once")
+        id="retracing", severity="high" if n > RETRACES_HIGH else "moderate", title=title, evidence=evidence,
+        fix=fix, expected_gain=f"the {n} traces cost {cost} (measured); a stable function traces once")
 
 
 def thread_limited(config: dict | None, job: dict, fit: Phase | None, allowed: float) -> Finding | None:
@@ -272,6 +311,47 @@ def _cores_idle(f: RunFacts) -> Finding | None:
 @rule("startup_dominated", category="performance")
 def _startup_dominated(f: RunFacts) -> Finding | None:
     return startup_dominated(f.phases, f.record.wall_seconds or 0.0)
+
+
+def predict_in_loop(phases: list[Phase], probe: dict | None, wall: float) -> Finding | None:
+    """Many small ``predict`` calls: each pays predict's fixed cost (a tf.data pipeline, a
+    callback list, a compiled function lookup) for a batch or two."""
+    inside_fit = {i for i, p in enumerate(phases) if p.kind == "fit"}
+    calls = [p for p in phases if p.kind == "predict" and p.parent not in inside_fit]
+    small = [p for p in calls if (p.steps or 0) <= PREDICT_SMALL_STEPS]
+    if len(small) < PREDICT_LOOP_CALLS:
+        return None
+    seconds = sum(p.wall_seconds for p in small)
+    per_call = statistics.median(p.wall_seconds for p in small)
+    evidence: dict = {"small_predict_calls": len(small), "predict_seconds": round(seconds, 3),
+                      "median_call_seconds": round(per_call, 6)}
+    gain = "usually several times faster for one batch (measured on the job's model when its input is an array)"
+    if probe and not probe.get("error") and probe.get("direct_seconds") and probe.get("predict_seconds"):
+        ratio = probe["predict_seconds"] / probe["direct_seconds"]
+        evidence.update(probe_rows=probe.get("rows"), probe_predict_seconds=probe["predict_seconds"],
+                        probe_direct_seconds=probe["direct_seconds"], measured_speedup=round(ratio, 2))
+        if ratio < PREDICT_MIN_GAIN:
+            return None
+        saved = seconds * (1 - 1 / ratio)
+        gain = (f"model(x, training=False) took {_ms(probe['direct_seconds'])} a call against predict's "
+                f"{_ms(probe['predict_seconds'])} on this job's model ({ratio:.1f}x, measured): about "
+                f"{saved:.2f} s of the {seconds:.2f} s")
+        severe = seconds >= PREDICT_HIGH_SHARE * wall and ratio >= 3
+    else:
+        severe = False
+    return Finding(
+        id="predict_in_loop", severity="high" if severe else "moderate",
+        title=f"model.predict was called {len(small)} times on a batch or two ({_ms(per_call)} a call, "
+              f"{seconds:.2f} s in all)",
+        evidence=evidence,
+        fix="For one batch call the model directly: model(x, training=False) (add .numpy() for an array), "
+            "inside a @tf.function for more; or collect the inputs and call predict once on all of them.",
+        expected_gain=gain)
+
+
+@rule("predict_in_loop", category="performance")
+def _predict_in_loop(f: RunFacts) -> Finding | None:
+    return predict_in_loop(f.phases, f.first_ok(Kind.PREDICT_PROBE), f.record.wall_seconds or 0.0)
 
 
 # Findings that explain idle cores (cores_idle is the fallback when none of them fired).

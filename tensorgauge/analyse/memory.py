@@ -18,6 +18,13 @@ DATASET_IN_MEMORY_BYTES = 100 << 20  # from_tensor_slices inputs worth reporting
 GROWTH_SHARE_PER_EPOCH = 0.05  # of the RSS at the end of the first epoch
 GROWTH_MIN_BYTES_PER_EPOCH = 32 << 20
 GROWTH_MIN_CORRELATION = 0.9  # of RSS with time: a steady rise, not one jump
+# Repeated fit/predict/evaluate calls: RSS at each call's end, the first call (warm-up) left out.
+LEAK_MIN_CALLS = 6
+LEAK_MIN_BYTES = 32 << 20  # growth over the calls worth reporting
+LEAK_KEEPS_RISING = 0.5  # the later half's growth per call against the earlier half's: a leak, not a plateau
+LEAK_HIGH_BYTES = 1 << 30
+MODELS_NOT_CLEARED = 10  # models built since the last clear_session() worth reporting
+MODELS_HELD_MODERATE = 64 << 20
 
 
 def peak_phase(phases: list[Phase], t: float | None) -> Phase | None:
@@ -177,3 +184,100 @@ def memory_budget(f: RunFacts) -> Finding | None:
                   "checkpoint": budget.get("checkpoint"), "graceful": budget.get("graceful")},
         fix=_budget_fix(f.found),
         expected_gain=None)
+
+
+def _model_calls(phases: list[Phase]) -> list[Phase]:
+    """The job's own fit/predict/evaluate calls (not a fit's validation), in order."""
+    inside_fit = {i for i, p in enumerate(phases) if p.kind == "fit"}
+    return sorted((p for p in phases if p.kind in ("fit", "predict", "evaluate") and p.parent not in inside_fit
+                   and p.rss_end_bytes), key=lambda p: p.start)
+
+
+def _slope(values: list[int]) -> float:
+    """Least-squares growth per call."""
+    return float(np.polyfit(np.arange(len(values)), np.asarray(values, dtype=np.float64), 1)[0]) if len(values) > 1 else 0.0
+
+
+def _models_since_clear(events: list[Event]) -> tuple[int, int | None] | None:
+    """(models built since the last clear_session(), RSS growth over them) from models_built events."""
+    built = [e for e in events if e.kind == Kind.MODELS_BUILT
+             and isinstance(e.data.get("count"), int) and isinstance(e.data.get("since_clear"), int)]
+    if not built:
+        return None
+    last = built[-1]
+    # The events since the last clear: since_clear rises with count between them.
+    run = [last]
+    for e in reversed(built[:-1]):
+        if last.data["count"] - e.data["count"] != last.data["since_clear"] - e.data["since_clear"]:
+            break
+        run.insert(0, e)
+    first = run[0].data.get("rss")
+    if len(run) < 2 or first is None or last.data.get("rss") is None:
+        return last.data["since_clear"], None
+    return last.data["since_clear"], last.data["rss"] - first
+
+
+@rule("memory_leak", "memory_plateau", category="memory")
+def memory_leak(f: RunFacts) -> Finding | None:
+    """RSS at the end of repeated fit/predict/evaluate calls that keeps rising: a leak. One that
+    rose and then levelled off is a warm-up plateau: ``memory_plateau`` (info)."""
+    calls = _model_calls(f.phases)
+    if len(calls) < LEAK_MIN_CALLS:
+        return None
+    ends = [int(p.rss_end_bytes or 0) for p in calls[1:]]
+    growth = ends[-1] - ends[0]
+    half = len(ends) // 2
+    early, late = _slope(ends[: half + 1]), _slope(ends[half:])
+    kinds = sorted({p.kind for p in calls})
+    evidence = {"calls": len(calls), "kinds": kinds, "rss_after_first_call_bytes": ends[0],
+                "rss_after_last_call_bytes": ends[-1], "growth_per_call_early_bytes": round(early),
+                "growth_per_call_late_bytes": round(late)}
+    what = "/".join(kinds)
+    if max(ends) - ends[0] < LEAK_MIN_BYTES:
+        return None
+    if growth < LEAK_MIN_BYTES or late < LEAK_KEEPS_RISING * max(early, 0.0) or late <= 0:
+        return Finding(
+            id="memory_plateau", severity="info",
+            title=f"Memory rose by {format_bytes(max(ends) - ends[0])} over {len(calls)} {what} calls, then "
+                  f"levelled off ({format_bytes(max(late, 0))} a call over the later half): a warm-up plateau, "
+                  "not a leak",
+            evidence=evidence,
+            fix="Nothing to fix: allocators, caches and traced functions fill up once. Budget for the plateau.",
+            expected_gain="none needed")
+    models = _models_since_clear(f.events)
+    retraced = any(x.id == "retracing" for x in f.found)
+    if models and models[0] >= MODELS_NOT_CLEARED:
+        cause = (f"{models[0]} Keras models were built without clear_session() in between: each keeps its "
+                 "graph state. Build the model once and reuse it, or call keras.backend.clear_session() "
+                 "before building the next.")
+    elif retraced:
+        cause = "tf.functions are retraced (see retracing): each trace keeps a graph. Give them fixed signatures."
+    else:
+        cause = ("Something keeps a reference to each call's results: look for lists that collect tensors, "
+                 "arrays or histories across calls, and keep only what you need (e.g. float(loss)).")
+    return Finding(
+        id="memory_leak", severity="high" if growth >= LEAK_HIGH_BYTES else "moderate",
+        title=f"Memory grows by {format_bytes(late)} per {what} call and does not level off "
+              f"(+{format_bytes(growth)} over {len(calls) - 1} calls after the first)",
+        evidence=evidence, fix=cause,
+        expected_gain=f"about {format_bytes(late)} per call, {format_bytes(growth)} over this run")
+
+
+@rule("models_not_cleared", category="memory")
+def models_not_cleared(f: RunFacts) -> Finding | None:
+    """Keras models built again and again in one process without ``clear_session()``."""
+    models = _models_since_clear(f.events)
+    if models is None or models[0] < MODELS_NOT_CLEARED:
+        return None
+    count, grown = models
+    held = f" holding {format_bytes(grown)} more memory" if grown and grown > 0 else ""
+    return Finding(
+        id="models_not_cleared",
+        severity="moderate" if grown and grown >= MODELS_HELD_MODERATE else "low",
+        title=f"{count} Keras models were built in one process without clear_session(){held}",
+        evidence={"models_since_clear": count, "rss_growth_bytes": grown,
+                  "clear_session_calls": f.of_kind(Kind.MODELS_BUILT)[-1].data.get("clears") or 0},
+        fix="Call keras.backend.clear_session() before building each new model (in a sweep, a loop of "
+            "experiments, cross-validation), or build the model once and reset its weights.",
+        expected_gain=f"about {format_bytes(grown)} of memory back" if grown and grown > 0
+        else "global Keras state stops growing")

@@ -8,8 +8,9 @@ Always on (each costs nothing per step):
   batches per epoch and bytes (when known), and the op types of its functions
   that are random or call Python (``dataset_random_ops``,
   ``dataset_python_ops``: can its map be cached?).
-- ``trace`` each time a ``tf.function`` is traced (a retrace is a trace of a
-  function traced before).
+- ``trace`` each time a ``tf.function`` is traced: its name, whether its code
+  is the user's or a library's, the trace number of that instance (2 and up: a
+  retrace), and the trace's seconds and RSS change.
 - ``eager_gradients`` when ``GradientTape.gradient`` has run eagerly (outside
   any ``tf.function``: a custom training loop in eager mode) 8, 16, 32, ...
   times; the count, and the seconds since the first such call.
@@ -32,8 +33,9 @@ import shutil
 import sys
 import tempfile
 import time
+import weakref
 
-from tensorgauge.hook.channel import channel
+from tensorgauge.hook.channel import channel, process_rss_bytes
 from tensorgauge.hook.listeners import FitCall, FitListener, on_fit, on_tensorflow
 from tensorgauge.hook.protocol import DIAGNOSE_ENV, WINDOW_ENV, Kind
 
@@ -160,8 +162,65 @@ def _dataset_batch_size(dataset) -> int | None:
         return None
 
 
+def _library_folders() -> tuple[str, ...]:
+    """Where installed packages and the standard library live: code there is not the user's to fix."""
+    import site
+    import sysconfig
+
+    folders = {sysconfig.get_paths().get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    try:
+        folders.update(site.getsitepackages() + [site.getusersitepackages()])
+    except AttributeError:  # a virtualenv's old site.py
+        pass
+    for name in ("tensorflow", "keras", "tf_keras"):
+        path = getattr(sys.modules.get(name), "__file__", None)
+        if path:
+            folders.add(os.path.dirname(os.path.dirname(path)))
+    return tuple(os.path.realpath(f) + os.sep for f in folders if f)
+
+
+@functools.lru_cache(maxsize=1024)
+def _code_origin(code) -> tuple[str, str]:
+    """("user" or "library", "file.py:line") of a function's code object."""
+    path = os.path.realpath(code.co_filename)
+    library = path.startswith(_library_folders()) or code.co_filename.startswith("<frozen")
+    return ("library" if library else "user"), f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}"
+
+
+def function_origin(function) -> tuple[str, str | None]:
+    """Whose code a traced Python function is: the user's, or a library's (tf.data and Keras
+    wrap their own plumbing in functions that are traced anew for every pipeline and fit)."""
+    import inspect
+
+    try:
+        function = inspect.unwrap(getattr(function, "__func__", function))
+        function = getattr(function, "func", function)  # functools.partial
+        code = getattr(function, "__code__", None) or getattr(type(function).__call__, "__code__", None)
+        return _code_origin(code) if code is not None else ("library", None)
+    except Exception:
+        return "library", None
+
+
+# Traces per tf.function instance, keyed by its captures container: one per instance, shared by
+# its traces (its function cache has __slots__ and no weak references).
+_traces_per_instance: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _count_trace(tracing_options) -> int:
+    """This trace's number for its tf.function instance (1: its first trace)."""
+    try:
+        key = tracing_options.function_captures
+        count = _traces_per_instance.get(key, 0) + 1
+        _traces_per_instance[key] = count
+        return count
+    except TypeError:  # None, or not weak-referenceable: taken as a first trace
+        return 1
+
+
 def patch_tracing() -> None:
-    """Count traces per tf.function (``tracing_compilation._create_concrete_function``)."""
+    """Count traces per tf.function (``tracing_compilation._create_concrete_function``): each
+    ``trace`` event names the function, whose code it is, how many times this instance of it
+    has been traced and what the trace cost in time and memory."""
     module = sys.modules.get("tensorflow.python.eager.polymorphic_function.tracing_compilation")
     original = getattr(module, "_create_concrete_function", None)
     if original is None or getattr(original, "__tensorgauge_wrapped__", None):
@@ -169,11 +228,19 @@ def patch_tracing() -> None:
 
     @functools.wraps(original)
     def traced(function_type, type_context, func_graph, tracing_options):
+        start, rss = time.perf_counter(), process_rss_bytes()
         try:
-            channel().emit(Kind.TRACE, function=str(getattr(tracing_options, "name", "?")))
-        except Exception:
-            pass
-        return original(function_type, type_context, func_graph, tracing_options)
+            return original(function_type, type_context, func_graph, tracing_options)
+        finally:
+            try:
+                seconds, after = time.perf_counter() - start, process_rss_bytes()
+                count = _count_trace(tracing_options)
+                origin, where = function_origin(tracing_options.python_function)
+                channel().emit(Kind.TRACE, function=str(getattr(tracing_options, "name", "?")), origin=origin,
+                               where=where, instance_trace=count, seconds=round(seconds, 6),
+                               rss_delta_bytes=after - rss if after is not None and rss is not None else None)
+            except Exception:
+                pass
 
     traced.__tensorgauge_wrapped__ = original  # type: ignore[attr-defined]
     module._create_concrete_function = traced  # type: ignore[union-attr]

@@ -5,6 +5,8 @@
   returning a :class:`FitListener` that sees the fit's batches and end, or None.
 - :func:`on_tensorflow`: called once TensorFlow has been imported, before the job
   can use it (limits and patches that must come before TensorFlow initialises).
+- :func:`on_keras`: called with each Keras package (``keras``, ``tf_keras``) once it has
+  been imported and its phases patched.
 
 Standard library only. A listener that raises is dropped, never passed to the job.
 """
@@ -42,6 +44,7 @@ class FitListener:
 FitFactory = Callable[[FitCall], "FitListener | None"]
 _fit_factories: list[FitFactory] = []
 _tensorflow_hooks: list[Callable[[Any], None]] = []
+_keras_hooks: list[Callable[[Any], None]] = []
 
 
 def on_fit(factory: FitFactory) -> FitFactory:
@@ -51,6 +54,11 @@ def on_fit(factory: FitFactory) -> FitFactory:
 
 def on_tensorflow(hook: Callable[[Any], None]) -> Callable[[Any], None]:
     _tensorflow_hooks.append(hook)
+    return hook
+
+
+def on_keras(hook: Callable[[Any], None]) -> Callable[[Any], None]:
+    _keras_hooks.append(hook)
     return hook
 
 
@@ -71,5 +79,13 @@ def tensorflow_imported(tf: Any) -> None:
     for hook in _tensorflow_hooks:
         try:
             hook(tf)
+        except Exception:
+            pass
+
+
+def keras_imported(keras: Any) -> None:
+    for hook in _keras_hooks:
+        try:
+            hook(keras)
         except Exception:
             pass

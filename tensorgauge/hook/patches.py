@@ -18,7 +18,7 @@ import sys
 from tensorgauge.hook import placement
 from tensorgauge.hook.agent import agent
 from tensorgauge.hook.features import load_features
-from tensorgauge.hook.listeners import FitCall, FitListener, fit_listeners, tensorflow_imported
+from tensorgauge.hook.listeners import FitCall, FitListener, fit_listeners, keras_imported, tensorflow_imported
 
 _MARK = "__tensorgauge_wrapped__"
 
@@ -259,3 +259,5 @@ def on_imported(name: str, module) -> None:
         tensorflow_imported(module)
     elif name in ("keras", "tf_keras"):
         patch_keras(name)
+        load_features()
+        keras_imported(module)

@@ -49,6 +49,8 @@ class Kind:
     BUDGET_CHECKPOINT_FAILED = "budget_checkpoint_failed"
     BUDGET_GPU_MEMORY = "budget_gpu_memory"
     BENCH_RESULT = "bench_result"
+    PREDICT_PROBE = "predict_probe"
+    MODELS_BUILT = "models_built"
     STEP_DIGEST = "step_digest"  # written by the monitor: a phase's steps, compactly (tensorgauge.steps)
 
 
@@ -119,6 +121,11 @@ class FitConfig(Common, total=False):
 
 class Trace(Common, total=False):
     function: str
+    origin: str  # "user" or "library"
+    where: str | None  # file.py:line of the traced Python function
+    instance_trace: int  # 1 for a tf.function's first trace, 2 and up for its retraces
+    seconds: float
+    rss_delta_bytes: int | None
 
 
 class EagerGradients(Common, total=False):
@@ -181,6 +188,20 @@ class BudgetGpuMemory(Common, total=False):
     error: str | None
 
 
+class PredictProbe(Common, total=False):
+    calls: int  # predict calls so far
+    rows: int  # rows of the probed input
+    predict_seconds: float  # median wall time of the last predict calls
+    direct_seconds: float  # median wall time of model(x, training=False) on the same input
+    error: str
+
+
+class ModelsBuilt(Common, total=False):
+    count: int  # Keras models built so far
+    since_clear: int  # since the last clear_session()
+    clears: int  # clear_session() calls so far
+
+
 class BenchResult(Common, total=False):
     name: str
     group: str
@@ -197,4 +218,5 @@ PAYLOADS: dict[str, type] = {
     Kind.PLACEMENT: Placement, Kind.DATASET: Dataset, Kind.BUDGET_STOP: BudgetStop,
     Kind.BUDGET_RESUME: BudgetResume, Kind.BUDGET_CHECKPOINT_FAILED: BudgetCheckpointFailed,
     Kind.BUDGET_GPU_MEMORY: BudgetGpuMemory, Kind.BENCH_RESULT: BenchResult, Kind.STEP_DIGEST: StepDigest,
+    Kind.PREDICT_PROBE: PredictProbe, Kind.MODELS_BUILT: ModelsBuilt,
 }

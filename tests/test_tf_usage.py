@@ -1,0 +1,52 @@
+"""Real Keras jobs that make the mistakes users ask about: each finding against what the job
+measured itself, and silence where Keras' own plumbing only looks like the mistake."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import needs_tf
+
+from tensorgauge.analyse.run_report import RunReport
+from tensorgauge.store import Store
+
+pytestmark = [needs_tf, pytest.mark.tf]
+JOBS = Path(__file__).parent / "jobs"
+
+
+def run_job(tg_cmd, store_path, *args) -> dict:
+    result = subprocess.run([*tg_cmd, "run", "-q", "--", sys.executable, *args], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = RunReport.load(Store.open(store_path), "last")
+    return {f.id: f for f in report.findings}
+
+
+def test_retracing_predict_in_a_loop_and_models_not_cleared(store_path, tg_cmd, tmp_path):
+    truth_path = tmp_path / "truth.json"
+    found = run_job(tg_cmd, store_path, str(JOBS / "keras_misuse.py"), str(truth_path))
+    truth = json.loads(truth_path.read_text())
+    # Our tf.function, retraced on 8 shapes; never Keras' per-fit tf.data functions (fit ran 12 times).
+    retracing = found["retracing"]
+    line = (JOBS / "keras_misuse.py").read_text().splitlines().index("@tf.function") + 1
+    assert retracing.evidence["traces"] == {f"step (keras_misuse.py:{line})": truth["step_shapes"]}
+    assert retracing.evidence["instances"] == 1 and retracing.evidence["tracing_seconds"] > 0
+    # predict on 8 rows, 40 times: the gain measured in the job agrees with the job's own timing.
+    predict = found["predict_in_loop"]
+    assert predict.evidence["small_predict_calls"] == 40
+    own = truth["predict_seconds"] / truth["direct_seconds"]
+    assert own > 3 and own / 2 < predict.evidence["measured_speedup"] < own * 2
+    # One model fit 12 times and 10 more in a sweep: 11 the job built (not Sequential's inner ones).
+    assert found["models_not_cleared"].evidence["models_since_clear"] == truth["models"]
+    assert "memory_leak" not in found
+
+
+def test_memory_kept_across_calls_is_a_leak(store_path, tg_cmd):
+    found = run_job(tg_cmd, store_path, str(JOBS / "leaky_calls.py"))
+    leak = found["memory_leak"]
+    assert leak.evidence["calls"] == 10 and leak.evidence["kinds"] == ["evaluate"]
+    # The job keeps 40 MB a call.
+    assert 40e6 * 0.8 < leak.evidence["growth_per_call_late_bytes"] < 40e6 * 1.25
+    assert "lists that collect" in leak.fix
+    assert "models_not_cleared" not in found  # it cleared the session before each model
