@@ -1,17 +1,29 @@
 """The diagnosis rules on hand-built runs."""
 
+import numpy as np
+
 from tensorgauge.analyse.diagnose import (
     cores_idle,
     eager_execution,
     input_bound,
     retracing,
     small_batch,
+    stalls,
     startup_dominated,
     thread_limited,
 )
 from tensorgauge.analyse.findings import find
 from tensorgauge.analyse.summary import summarise
 from tensorgauge.model import Event, Phase, RunRecord
+from tensorgauge.steps import StepDigest
+
+
+def digest(seconds: list[float], start: float, phase: int | None = None) -> StepDigest:
+    """The steps ``seconds``, back to back from ``start``."""
+    ends = list(np.cumsum(seconds) + start)
+    d = StepDigest(phase)
+    d.add(seconds, ends)
+    return d
 
 
 def fit(cores=1.0, wall=10.0, p50=0.02, step_max=0.5):
@@ -115,8 +127,12 @@ def test_small_batch_startup_and_idle():
     assert small_batch({"batch_size": 512}, fit(p50=0.001)) is None
     assert small_batch({"batch_size": 8}, fit(p50=0.01)) is None
     imp = Phase(name="import tensorflow", kind="import", start=0.2, end=4.2)
-    assert startup_dominated([imp, fit(wall=1.0, step_max=0.8)], wall=6.5).severity == "low"
-    assert startup_dominated([imp, fit(wall=20.0)], wall=25.0) is None
+    first_slow = digest([0.8] + [0.01] * 20, start=5.0)
+    assert startup_dominated([imp, fit(wall=1.0)], wall=9.0, digests=[first_slow]).severity == "low"
+    assert startup_dominated([imp, fit(wall=20.0)], wall=25.0, digests=[first_slow]) is None
+    # A slow step later on is not start-up: only the fit's first step counts.
+    late_slow = digest([0.01] * 20 + [0.8], start=5.0)
+    assert startup_dominated([imp, fit(wall=1.0)], wall=9.0, digests=[late_slow]) is None
     assert cores_idle(fit(cores=0.5), allowed=2.0, explained=False).severity == "moderate"
     assert cores_idle(fit(cores=0.5), allowed=2.0, explained=True) is None
     assert cores_idle(fit(cores=1.5), allowed=2.0, explained=False) is None
@@ -171,3 +187,32 @@ def test_oversubscribed_job_for_real(store_path):
     found = {f.id: f for f in report.findings}
     assert "cpu_oversubscribed" in found
     assert found["cpu_oversubscribed"].evidence["runnable_per_cpu"] >= 3.0
+
+
+def test_stalls_at_epoch_starts_and_mid_epoch():
+    fit_phase = Phase(name="fit", kind="fit", start=0.0, end=40.0, step_seconds_p50=0.01, steps=3000)
+    epochs = [Phase(name=f"epoch {i + 1}", kind="epoch", start=10.0 * i, end=10.0 * (i + 1), parent=0)
+              for i in range(4)]
+    # Epoch 1 starts with a 2 s first step (tracing: start-up, not a stall); epochs 3 and 4 wait 1.5 s
+    # for their first step; epoch 2 has a 1.2 s pause mid-epoch.
+    digests = [digest([2.0, 0.5] + [0.01] * 100, start=0.0, phase=1),
+               digest([0.01] * 100 + [1.2] + [0.01] * 100, start=10.0, phase=2),
+               digest([0.01] * 100, start=21.5, phase=3), digest([0.01] * 100, start=31.5, phase=4)]
+    finding = stalls(fit_phase, epochs, digests)
+    assert finding.evidence["count"] == 3 and finding.evidence["at_epoch_start"] == 2
+    assert [(x["epoch"], x["seconds"], x["at_epoch_start"]) for x in finding.evidence["stalls"]] == [
+        ("epoch 3", 1.51, True), ("epoch 4", 1.51, True), ("epoch 2", 1.2, False)]
+    assert finding.evidence["stalls"][0]["t"] == 20.0 and finding.evidence["lost_seconds"] == 4.19
+    assert finding.severity == "moderate" and "epochs start" in finding.fix  # 4.2 s of a 40 s fit: 10%
+    assert "longest, 1.5 s, at an epoch's start in epoch 3 at 20.0 s" in finding.title
+    # A wait before the first step and a slow first step are one pause; a later digest of the same
+    # epoch (a long epoch is digested a minute at a time) does not restart the epoch.
+    both = [digests[0], digest([1.0] + [0.01] * 50, start=20.5, phase=3),
+            digest([0.01] * 50, start=26.0, phase=3)]
+    one = stalls(fit_phase, epochs, both)
+    assert [(x["epoch"], x["seconds"]) for x in one.evidence["stalls"]] == [("epoch 3", 1.5)]
+    # Mid-epoch pauses only: the other advice.
+    mid = stalls(fit_phase, epochs, digests[:2])
+    assert mid.evidence["count"] == 1 and "callbacks" in mid.fix and mid.severity == "low"
+    # A steady fit (its first steps slow only): nothing.
+    assert stalls(fit_phase, epochs, [digests[0], digest([0.01] * 100, start=10.0)]) is None

@@ -50,3 +50,15 @@ def test_memory_kept_across_calls_is_a_leak(store_path, tg_cmd):
     assert 40e6 * 0.8 < leak.evidence["growth_per_call_late_bytes"] < 40e6 * 1.25
     assert "lists that collect" in leak.fix
     assert "models_not_cleared" not in found  # it cleared the session before each model
+
+
+def test_pauses_at_epoch_starts_are_stalls(store_path, tg_cmd, tmp_path):
+    truth_path = tmp_path / "truth.json"
+    found = run_job(tg_cmd, store_path, str(JOBS / "epoch_stalls.py"), str(truth_path))
+    truth = json.loads(truth_path.read_text())
+    stalls = found["stalls"].evidence
+    # The generator paused as each of 4 epochs began; the first epoch's is the fit's start-up.
+    assert truth["pauses"] == 4 and stalls["count"] == 3 and stalls["at_epoch_start"] == 3
+    assert sorted(x["epoch"] for x in stalls["stalls"]) == ["epoch 2", "epoch 3", "epoch 4"]
+    assert all(x["seconds"] >= truth["pause_seconds"] * 0.95 for x in stalls["stalls"])
+    assert "epochs start" in found["stalls"].fix

@@ -7,6 +7,7 @@ follow the TF Profiler's grading (>= 20% of step time high, 5-20% moderate).
 
 from __future__ import annotations
 
+import bisect
 import statistics
 
 import numpy as np
@@ -16,6 +17,7 @@ from tensorgauge.analyse.rules import RunFacts, rule
 from tensorgauge.hook.protocol import Kind
 from tensorgauge.model import Event, Finding, Phase
 from tensorgauge.series import SampleSeries
+from tensorgauge.steps import StepDigest
 from tensorgauge.units import format_bytes
 
 INPUT_HIGH, INPUT_MODERATE = 0.20, 0.05
@@ -27,6 +29,10 @@ EAGER_GRADIENTS = 16  # eager GradientTape.gradient calls that make a custom loo
 SMALL_STEP_SECONDS, SMALL_BATCH = 0.003, 64
 STARTUP_SHARE, STARTUP_MIN_SECONDS = 0.5, 3.0
 OVERSUBSCRIBED_MODERATE, OVERSUBSCRIBED_HIGH = 3.0, 5.0  # runnable threads per CPU ("far more")
+STALL_FACTOR, STALL_MIN_SECONDS = 10.0, 0.5  # a step (or a wait before an epoch's first) this long is a stall
+STALL_MIN_LOST_SECONDS = 1.0
+STALL_MODERATE_SHARE, STALL_HIGH_SHARE = 0.05, 0.2  # of the fit's wall lost to stalls
+WARMUP_STEPS = 3  # the fit's first steps trace and build the train function: start-up, not stalls
 PREDICT_LOOP_CALLS, PREDICT_SMALL_STEPS = 20, 2  # predict calls of at most this many batches each
 PREDICT_MIN_GAIN = 1.5  # model(x) against predict(x), measured in the job: less is not worth a finding
 PREDICT_HIGH_SHARE = 0.2  # of the run's wall spent in those calls
@@ -234,10 +240,82 @@ def small_batch(config: dict | None, fit: Phase | None) -> Finding | None:
         expected_gain="per-example throughput rises until steps take several milliseconds")
 
 
-def startup_dominated(phases: list[Phase], wall: float) -> Finding | None:
+def first_steps(fit: Phase, digests: list[StepDigest]) -> list[tuple[float, float]]:
+    """(end, seconds) of the first steps kept of each phase inside ``fit``, in time order."""
+    return sorted((end, seconds) for d in digests for end, seconds in d.first
+                  if end is not None and fit.start <= end <= fit.end + 1e-6)
+
+
+def stalls(fit: Phase | None, epochs: list[Phase], digests: list[StepDigest]) -> Finding | None:
+    """Pauses in training: steps far above the fit's median (:data:`STALL_FACTOR` x, at least
+    :data:`STALL_MIN_SECONDS`), and epochs that take that long from their start to the end of
+    their first step. The fit's first :data:`WARMUP_STEPS` steps (tracing, building) are
+    start-up, not stalls."""
+    if fit is None or not fit.step_seconds_p50 or not epochs:
+        return None
+    p50 = fit.step_seconds_p50
+    limit = max(STALL_MIN_SECONDS, STALL_FACTOR * p50)
+    warmup = {end for end, _ in first_steps(fit, digests)[:WARMUP_STEPS]}
+    epochs = sorted(epochs, key=lambda p: p.start)
+    starts = [p.start for p in epochs]
+
+    def epoch_of(t: float) -> Phase | None:
+        i = bisect.bisect_right(starts, t) - 1
+        return epochs[i] if i >= 0 and t <= epochs[i].end + 1e-6 else None
+
+    # Each epoch's start: from the epoch's begin to the end of its first step (the input pipeline
+    # starting over shows up before that step, inside it, or both): one stall when that long.
+    first_of: dict[int, tuple[float, float]] = {}
+    for end, seconds in (item for d in digests for item in d.first[:1]):
+        epoch = epoch_of(end) if end is not None else None
+        if epoch is not None and (id(epoch) not in first_of or end < first_of[id(epoch)][0]):
+            first_of[id(epoch)] = (end, seconds)
+    found: dict[float, dict] = {}  # by when the stall began
+    for epoch in epochs[1:]:  # the first epoch's start is the fit's start-up
+        end, _ = first_of.get(id(epoch), (None, 0.0))
+        if end is not None and end - epoch.start >= limit:
+            found[round(epoch.start, 3)] = {"t": round(epoch.start, 3), "seconds": round(end - epoch.start, 3),
+                                            "epoch": epoch.name, "at_epoch_start": True}
+    counted = {end for end, _ in first_of.values()}
+    for digest in digests:
+        for seconds, end in digest.slowest:
+            epoch = epoch_of(end) if end is not None else None
+            if epoch is None or seconds < limit or end in warmup or end in counted:
+                continue
+            found[round(end - seconds, 3)] = {"t": round(end - seconds, 3), "seconds": round(seconds, 3),
+                                              "epoch": epoch.name, "at_epoch_start": False}
+    lost = sum(max(0.0, x["seconds"] - p50) for x in found.values())
+    if not found or lost < STALL_MIN_LOST_SECONDS:
+        return None
+    share = lost / fit.wall_seconds if fit.wall_seconds > 0 else 0.0
+    listed = sorted(found.values(), key=lambda x: -x["seconds"])
+    at_start = sum(1 for x in listed if x["at_epoch_start"])
+    longest = listed[0]
+    where = "at an epoch's start" if longest["at_epoch_start"] else "mid-epoch"
+    if at_start * 2 >= len(listed):
+        fix = ("The pauses come as epochs start: the input pipeline starts over each epoch (a shuffle buffer "
+               "refilled, files reopened, a cache rebuilt, a generator restarted). Prefetch "
+               "(.prefetch(tf.data.AUTOTUNE)), keep the shuffle buffer small, cache after the expensive steps, "
+               "and run with --diagnose to see the pipeline's share.")
+    else:
+        fix = ("The pauses come mid-epoch: periodic work in callbacks (checkpoints, logging, evaluation), "
+               "Python's garbage collector, swapping, or another process taking the cores. Compare their times "
+               "with your callbacks' schedule; the report's timeline shows what the machine did then.")
+    return Finding(
+        id="stalls", severity="high" if share >= STALL_HIGH_SHARE else "moderate" if share >= STALL_MODERATE_SHARE
+        else "low",
+        title=f"Training stalled {len(listed)} times ({lost:.1f} s lost, {share:.0%} of fit); the longest, "
+              f"{longest['seconds']:.1f} s, {where} in {longest['epoch']} at {longest['t']:.1f} s",
+        evidence={"stalls": listed[:10], "count": len(listed), "at_epoch_start": at_start,
+                  "lost_seconds": round(lost, 3), "step_seconds_p50": p50, "stall_seconds_min": round(limit, 3)},
+        fix=fix, expected_gain=f"up to {lost:.1f} s ({share:.0%} of the fit)")
+
+
+def startup_dominated(phases: list[Phase], wall: float, digests: list[StepDigest]) -> Finding | None:
     imports = sum(p.wall_seconds for p in phases if p.kind == "import" and p.parent is None)
     fit = main_fit(phases)
-    first_step = (fit.step_seconds_max or 0.0) if fit else 0.0  # the first step traces the train function
+    first = first_steps(fit, digests) if fit else []
+    first_step = first[0][1] if first else 0.0  # the first step traces and builds the train function
     startup = imports + first_step
     if wall < STARTUP_MIN_SECONDS or startup < STARTUP_SHARE * wall:
         return None
@@ -310,7 +388,15 @@ def _cores_idle(f: RunFacts) -> Finding | None:
 
 @rule("startup_dominated", category="performance")
 def _startup_dominated(f: RunFacts) -> Finding | None:
-    return startup_dominated(f.phases, f.record.wall_seconds or 0.0)
+    return startup_dominated(f.phases, f.record.wall_seconds or 0.0, f.step_digests)
+
+
+@rule("stalls", category="performance")
+def _stalls(f: RunFacts) -> Finding | None:
+    if f.fit is None:
+        return None
+    index = f.phases.index(f.fit)
+    return stalls(f.fit, [p for p in f.phases if p.kind == "epoch" and p.parent == index], f.step_digests)
 
 
 def predict_in_loop(phases: list[Phase], probe: dict | None, wall: float) -> Finding | None:

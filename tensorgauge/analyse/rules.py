@@ -10,6 +10,7 @@ module of its category, and a test.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from tensorgauge.analyse.phases import main_fit
 from tensorgauge.model import Event, Finding, Phase, RunRecord, Summary
 from tensorgauge.series import SampleSeries
+from tensorgauge.steps import StepDigest
 
 SEVERITY_ORDER = ("high", "moderate", "low", "info")
 CATEGORIES = ("performance", "memory", "placement")
@@ -41,6 +43,13 @@ class RunFacts:
         self.by_kind: dict[str, list[Event]] = {}  # one pass over the events for every rule
         for event in self.events:
             self.by_kind.setdefault(event.kind, []).append(event)
+
+    @functools.cached_property
+    def step_digests(self) -> list[StepDigest]:
+        """Every phase's steps (first, slowest, quantiles), as digests."""
+        from tensorgauge.analyse.phases import step_digests
+
+        return list(step_digests(self.events).values())
 
     def of_kind(self, kind: str) -> list[Event]:
         return self.by_kind.get(kind, [])
