@@ -7,6 +7,7 @@ from tensorgauge.analyse.diagnose import (
     eager_execution,
     input_bound,
     retracing,
+    diagnosis_pauses,
     small_batch,
     stalls,
     startup_dominated,
@@ -216,3 +217,15 @@ def test_stalls_at_epoch_starts_and_mid_epoch():
     assert mid.evidence["count"] == 1 and "callbacks" in mid.fix and mid.severity == "low"
     # A steady fit (its first steps slow only): nothing.
     assert stalls(fit_phase, epochs, [digests[0], digest([0.01] * 100, start=10.0)]) is None
+
+
+def test_the_diagnose_windows_own_pauses_are_not_stalls():
+    fit_phase = Phase(name="fit", kind="fit", start=0.0, end=20.0, step_seconds_p50=0.01, steps=1000)
+    epochs = [Phase(name="epoch 1", kind="epoch", start=0.0, end=20.0, parent=0)]
+    # Step 21 holds the profiler's stop and trace parsing (1.6 s): its input_probe is sent at 5.0 s.
+    steps = [0.01] * 20 + [1.61] + [0.01] * 500
+    own = diagnosis_pauses([{"stop_seconds": 1.6, "start_seconds": 0.2, "step_seconds": [0.01] * 10}], [5.0])
+    assert np.allclose(own, [(3.4, 5.0), (3.1, 3.3)])
+    d = digest(steps, start=5.0 - sum(steps[:21]))  # step 21 ends as the probe is sent
+    assert stalls(fit_phase, epochs, [d]) is not None  # without knowing its own pauses: a false stall
+    assert stalls(fit_phase, epochs, [d], own) is None

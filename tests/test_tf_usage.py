@@ -62,3 +62,21 @@ def test_pauses_at_epoch_starts_are_stalls(store_path, tg_cmd, tmp_path):
     assert sorted(x["epoch"] for x in stalls["stalls"]) == ["epoch 2", "epoch 3", "epoch 4"]
     assert all(x["seconds"] >= truth["pause_seconds"] * 0.95 for x in stalls["stalls"])
     assert "epochs start" in found["stalls"].fix
+
+
+def test_compute_probe_runs_on_the_shapes_of_real_batches(store_path, tg_cmd, tmp_path):
+    """Windows of any length ((None, None, 7) in the spec): the probe reads one real batch
+    (256, 120, 7), not zeros of (32, 32, 7), and its step time matches the job's own A/B
+    (the acceptance figure, 15%, is measured by hand: 7% here; the test allows for noise)."""
+    truth_path = tmp_path / "truth.json"
+    result = subprocess.run([*tg_cmd, "run", "-q", "--diagnose", "--", sys.executable, str(JOBS / "weather_like.py"),
+                             str(truth_path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    truth = json.loads(truth_path.read_text())
+    report = RunReport.load(Store.open(store_path), "last")
+    probe = next(e.data for e in report.events if e.kind == "compute_probe")
+    assert probe["source"] == "a real batch" and probe["shapes"][0] == truth["batch_shape"]
+    steps = sorted(probe["step_seconds"])
+    median = steps[len(steps) // 2]
+    assert median == pytest.approx(truth["compute_only_step_seconds"], rel=0.25)
+    assert "stalls" not in {f.id for f in report.findings}  # the profiler's own stop is not a stall

@@ -246,11 +246,30 @@ def first_steps(fit: Phase, digests: list[StepDigest]) -> list[tuple[float, floa
                   if end is not None and fit.start <= end <= fit.end + 1e-6)
 
 
-def stalls(fit: Phase | None, epochs: list[Phase], digests: list[StepDigest]) -> Finding | None:
+def diagnosis_pauses(probes: list[dict], ends: list[float]) -> list[tuple[float, float]]:
+    """(from, to) of the pauses the --diagnose window itself made: starting the profiler, and
+    stopping it and reading its trace (inside a training step), from its ``input_probe`` events
+    (``ends``: when each was sent)."""
+    out = []
+    for data, end in zip(probes, ends):
+        stop, start = data.get("stop_seconds") or 0.0, data.get("start_seconds") or 0.0
+        began = end - stop - sum(data.get("step_seconds") or []) - start
+        out += [(end - stop, end), (began, began + start)]
+    return out
+
+
+def _outside(begin: float, seconds: float, pauses: list[tuple[float, float]]) -> float:
+    """Seconds of [begin, begin + seconds] outside the tool's own pauses."""
+    return seconds - sum(max(0.0, min(begin + seconds, b) - max(begin, a)) for a, b in pauses)
+
+
+def stalls(fit: Phase | None, epochs: list[Phase], digests: list[StepDigest],
+           own: list[tuple[float, float]] | None = None) -> Finding | None:
     """Pauses in training: steps far above the fit's median (:data:`STALL_FACTOR` x, at least
     :data:`STALL_MIN_SECONDS`), and epochs that take that long from their start to the end of
     their first step. The fit's first :data:`WARMUP_STEPS` steps (tracing, building) are
-    start-up, not stalls."""
+    start-up, not stalls. Time inside ``own`` (the tool's own pauses) is not counted."""
+    own = own or []
     if fit is None or not fit.step_seconds_p50 or not epochs:
         return None
     p50 = fit.step_seconds_p50
@@ -272,9 +291,10 @@ def stalls(fit: Phase | None, epochs: list[Phase], digests: list[StepDigest]) ->
             first_of[id(epoch)] = (end, seconds)
     found: dict[float, dict] = {}  # by when the stall began
     for epoch in epochs[1:]:  # the first epoch's start is the fit's start-up
-        end, _ = first_of.get(id(epoch), (None, 0.0))
-        if end is not None and end - epoch.start >= limit:
-            found[round(epoch.start, 3)] = {"t": round(epoch.start, 3), "seconds": round(end - epoch.start, 3),
+        first = first_of.get(id(epoch))
+        wait = _outside(epoch.start, first[0] - epoch.start, own) if first is not None else 0.0
+        if wait >= limit:
+            found[round(epoch.start, 3)] = {"t": round(epoch.start, 3), "seconds": round(wait, 3),
                                             "epoch": epoch.name, "at_epoch_start": True}
     counted = {end for end, _ in first_of.values()}
     for digest in digests:
@@ -282,8 +302,10 @@ def stalls(fit: Phase | None, epochs: list[Phase], digests: list[StepDigest]) ->
             epoch = epoch_of(end) if end is not None else None
             if epoch is None or seconds < limit or end in warmup or end in counted:
                 continue
-            found[round(end - seconds, 3)] = {"t": round(end - seconds, 3), "seconds": round(seconds, 3),
-                                              "epoch": epoch.name, "at_epoch_start": False}
+            begin, seconds = end - seconds, _outside(end - seconds, seconds, own)
+            if seconds >= limit:
+                found[round(begin, 3)] = {"t": round(begin, 3), "seconds": round(seconds, 3), "epoch": epoch.name,
+                                          "at_epoch_start": False}
     lost = sum(max(0.0, x["seconds"] - p50) for x in found.values())
     if not found or lost < STALL_MIN_LOST_SECONDS:
         return None
@@ -396,7 +418,9 @@ def _stalls(f: RunFacts) -> Finding | None:
     if f.fit is None:
         return None
     index = f.phases.index(f.fit)
-    return stalls(f.fit, [p for p in f.phases if p.kind == "epoch" and p.parent == index], f.step_digests)
+    probes = [e for e in f.of_kind(Kind.INPUT_PROBE) if not e.data.get("error")]
+    own = diagnosis_pauses([e.data for e in probes], [e.t for e in probes])
+    return stalls(f.fit, [p for p in f.phases if p.kind == "epoch" and p.parent == index], f.step_digests, own)
 
 
 def predict_in_loop(phases: list[Phase], probe: dict | None, wall: float) -> Finding | None:

@@ -277,23 +277,39 @@ def patch_eager_gradients(tf) -> None:
 PROBE_STEPS = 32
 
 
-def _batch_like(x, y, batch_size: int | None):
-    """A batch of zeros shaped like fit's input: from a Dataset's spec or the arrays."""
+def _side_effect_free(dataset) -> bool:
+    """A pipeline that can be iterated again to peek at one batch: no Python in it (a generator or
+    py_function may have side effects, or be slow to restart)."""
+    try:
+        return not any(op in PYTHON_OPS for op in _pipeline_ops(dataset))
+    except Exception:
+        return False
+
+
+def _batch_like(x, y, batch_size: int | None) -> tuple[object, str]:
+    """A batch shaped like fit's input, and where its shapes come from: a pipeline whose spec
+    leaves a dimension open (sequences of any length) gives one real batch, read from a new
+    iterator, when it has no Python in it; otherwise zeros from the spec or the arrays."""
     import tensorflow as tf
 
     if isinstance(x, tf.data.Dataset):
         spec = x.element_spec
         flat = tf.nest.flatten(spec)
+        open_dims = any(s.shape.rank is None or None in s.shape.as_list()[1:] for s in flat)
+        if open_dims and _side_effect_free(x):
+            return next(iter(x.take(1))), "a real batch"
         batch = next((s.shape[0] for s in flat if s.shape.rank and s.shape[0]), None) or batch_size or 32
-        return tf.nest.map_structure(
-            lambda s: tf.zeros([batch if d is None else d for d in s.shape], s.dtype), spec)
+        filled = tf.nest.map_structure(lambda s: tf.zeros([batch if d is None else d for d in s.shape], s.dtype), spec)
+        return filled, "zeros shaped by the dataset's spec" + (" (open dimensions filled with the batch size)"
+                                                               if open_dims else "")
     batch = batch_size or 32
 
     def zeros(array):
         return tf.zeros((batch, *array.shape[1:]), tf.as_dtype(array.dtype))
 
-    return (tf.nest.map_structure(zeros, x), tf.nest.map_structure(zeros, y)) if y is not None else \
+    arrays = (tf.nest.map_structure(zeros, x), tf.nest.map_structure(zeros, y)) if y is not None else \
         tf.nest.map_structure(zeros, x)
+    return arrays, "zeros shaped by the arrays"
 
 
 def compute_probe(model, fit_input) -> None:
@@ -310,7 +326,9 @@ def compute_probe(model, fit_input) -> None:
         variables = {id(v): v for v in [*model.variables, *getattr(model.optimizer, "variables", []),
                                         *getattr(model, "metrics_variables", [])]}.values()
         saved = [(v, v.numpy()) for v in variables]
-        iterator = iter(tf.data.Dataset.from_tensors(_batch_like(x, y, batch_size)).repeat())
+        batch, source = _batch_like(x, y, batch_size)
+        shapes = [[int(d) if d is not None else -1 for d in t.shape] for t in tf.nest.flatten(batch)]
+        iterator = iter(tf.data.Dataset.from_tensors(batch).repeat())
         times = []
         try:
             for _ in range(PROBE_STEPS):
@@ -321,7 +339,8 @@ def compute_probe(model, fit_input) -> None:
         finally:
             for variable, value in saved:
                 variable.assign(value)
-        channel().emit(Kind.COMPUTE_PROBE, step_seconds=times[2:], total_seconds=time.monotonic() - began)
+        channel().emit(Kind.COMPUTE_PROBE, step_seconds=times[2:], total_seconds=time.monotonic() - began,
+                       shapes=shapes, source=source)
     except Exception as exc:
         channel().emit(Kind.COMPUTE_PROBE, error=f"{type(exc).__name__}: {exc}")
 

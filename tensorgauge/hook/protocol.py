@@ -149,6 +149,8 @@ class InputProbe(Common, total=False):
 class ComputeProbe(Common, total=False):
     step_seconds: list[float]
     total_seconds: float
+    shapes: list[list[int]]  # of the probe's batch, each tensor's (-1: unknown)
+    source: str  # where those shapes come from: "a real batch", or zeros shaped by the spec or arrays
     error: str
 
 

@@ -1,0 +1,30 @@
+"""The shape of the Keras weather time-series example: windows of 120 steps of 7 float64
+features from timeseries_dataset_from_array (the spec leaves batch and length open: (None,
+None, 7)), a map, prefetch, an LSTM. Writes the compute-only step time measured here, A/B style:
+the same train step on one real batch, repeated."""
+
+import json
+import statistics
+import sys
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+rng = np.random.default_rng(0)
+series = rng.normal(size=(12_000, 7))
+ds = keras.utils.timeseries_dataset_from_array(series[:-120], series[120:, 1], sequence_length=120, batch_size=256)
+ds = ds.map(lambda x, y: (x * 1.0, y)).prefetch(tf.data.AUTOTUNE)
+model = keras.Sequential([keras.Input((None, 7)), keras.layers.LSTM(32), keras.layers.Dense(1)])
+model.compile("adam", "mse")
+model.fit(ds, epochs=1, verbose=0)
+
+x, y = next(iter(ds))
+times = []
+for _ in range(14):
+    start = time.perf_counter()
+    model.train_on_batch(x, y)
+    times.append(time.perf_counter() - start)
+with open(sys.argv[1], "w") as f:
+    json.dump({"compute_only_step_seconds": statistics.median(times[2:]), "batch_shape": list(x.shape)}, f)
