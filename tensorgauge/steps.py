@@ -133,14 +133,13 @@ class StepDigest:
     def from_payload(cls, data: dict[str, Any]) -> StepDigest:
         """The digest of a ``step_digest`` payload; ValueError when it cannot be read."""
         from ddsketch.pb.ddsketch_pb2 import DDSketch as DDSketchMessage
-        from ddsketch.pb.proto import DDSketchProto
 
         digest = cls(data.get("phase"))
         try:
             message = DDSketchMessage()
             message.ParseFromString(base64.b64decode(data.get("sketch") or ""))
             if data.get("count"):
-                digest.sketch = DDSketchProto.from_proto(message)
+                digest.sketch = _sketch_from_proto(message)
             digest.count = int(data.get("count") or 0)
             digest.seconds_sum = float(data.get("seconds_sum") or 0.0)
             digest.seconds_min = float(data["seconds_min"]) if data.get("seconds_min") is not None else math.inf
@@ -155,6 +154,32 @@ class StepDigest:
         except Exception as exc:  # protobuf's DecodeError, a bad value: a damaged digest
             raise ValueError(f"damaged step digest ({type(exc).__name__}: {exc})") from None
         return digest
+
+
+def _store_from_proto(proto):
+    """A DenseStore from its protobuf, its bins taken whole (ddsketch's own ``StoreProto.from_proto``
+    adds them one at a time: 10 s for a week's digests)."""
+    from types import SimpleNamespace
+
+    from ddsketch.store import DenseStore
+
+    store = DenseStore()
+    bins = [float(c) for c in proto.contiguousBinCounts]
+    if bins:
+        offset = int(proto.contiguousBinIndexOffset)
+        store.copy(SimpleNamespace(bins=bins, count=sum(bins), min_key=offset, max_key=offset + len(bins) - 1,
+                                   offset=offset))
+    return store
+
+
+def _sketch_from_proto(message):
+    """What ``ddsketch.pb.proto.DDSketchProto.from_proto`` gives, faster."""
+    from ddsketch.ddsketch import BaseDDSketch
+    from ddsketch.pb.proto import KeyMappingProto
+
+    return BaseDDSketch(mapping=KeyMappingProto.from_proto(message.mapping),
+                        store=_store_from_proto(message.positiveValues),
+                        negative_store=_store_from_proto(message.negativeValues), zero_count=message.zeroCount)
 
 
 def _json(value: float) -> float | None:

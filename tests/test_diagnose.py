@@ -4,10 +4,10 @@ import numpy as np
 
 from tensorgauge.analyse.diagnose import (
     cores_idle,
+    diagnosis_pauses,
     eager_execution,
     input_bound,
     retracing,
-    diagnosis_pauses,
     small_batch,
     stalls,
     startup_dominated,

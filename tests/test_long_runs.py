@@ -192,3 +192,27 @@ def test_a_store_of_the_previous_version_gains_chunks_and_its_runs_still_read(tm
     assert reopened.samples("r") == data
     series = reopened.series("r")
     assert np.array_equal(series["rss_bytes"], [s.rss_bytes for s in data])
+
+
+def test_a_digest_read_back_gives_what_ddsketchs_own_decoder_gives():
+    """steps.py reads a sketch's bins whole (ddsketch adds them one at a time): the same sketch."""
+    import base64
+    import random
+
+    from ddsketch.pb.ddsketch_pb2 import DDSketch as DDSketchMessage
+    from ddsketch.pb.proto import DDSketchProto
+
+    rng = random.Random(3)
+    for trial in range(20):
+        d = StepDigest(1)
+        n = rng.randrange(1, 2000)
+        d.add([rng.lognormvariate(-5 + trial / 4, 0.2 + trial / 10) for _ in range(n)], [float(i) for i in range(n)])
+        message = DDSketchMessage()
+        message.ParseFromString(base64.b64decode(d.to_payload()["sketch"]))
+        theirs, ours = DDSketchProto.from_proto(message), StepDigest.from_payload(d.to_payload()).sketch
+        assert ours.count == theirs.count == n
+        for q in (0.0, 0.01, 0.5, 0.95, 0.99, 1.0):
+            assert ours.get_quantile_value(q) == theirs.get_quantile_value(q)
+        theirs.merge(DDSketchProto.from_proto(message))
+        ours.merge(StepDigest.from_payload(d.to_payload()).sketch)
+        assert ours.get_quantile_value(0.5) == theirs.get_quantile_value(0.5) and ours.count == 2 * n

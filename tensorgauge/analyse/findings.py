@@ -9,15 +9,20 @@ from tensorgauge.analyse.rules import REGISTRY, SEVERITY_ORDER, RunFacts, ids_of
 from tensorgauge.analyse.summary import summarise
 from tensorgauge.model import Event, Finding, Phase, RunRecord, Sample, Summary
 from tensorgauge.series import SampleSeries
+from tensorgauge.steps import StepDigest
 
 PERFORMANCE_IDS = ids_of("performance")
 
 
 def find(record: RunRecord, samples: SampleSeries | list[Sample], events: list[Event], phases: list[Phase],
-         summary: Summary | None = None, category: str | None = None) -> list[Finding]:
-    """The findings of every rule (of ``category``, if given), most severe first."""
+         summary: Summary | None = None, category: str | None = None,
+         digests: list[StepDigest] | None = None) -> list[Finding]:
+    """The findings of every rule (of ``category``, if given), most severe first (``digests``: the
+    run's step digests, when the caller has read them already)."""
     series = as_series(samples)
     facts = RunFacts(record, series, list(events), list(phases), summary or summarise(record, series))
+    if digests is not None:
+        facts.step_digests = digests
     for entry in REGISTRY:
         if category is not None and entry.category != category:
             continue

@@ -65,7 +65,7 @@ class RunReport:
         digests = step_digests(events)
         phases = build_phases(events, series, end=record.wall_seconds, digests=digests)
         summary = summarise(record, series)
-        findings = find(record, series, events, phases, summary)
+        findings = find(record, series, events, phases, summary, digests=list(digests.values()))
         wall = record.wall_seconds if record.wall_seconds is not None else (float(series.t[-1]) if len(series)
                                                                             else 0.0)
         steps = StepDigest()
