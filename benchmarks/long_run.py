@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 SAMPLES_PER_SECOND = 10
 STEPS_PER_SECOND = 100
 EPOCH_SECONDS = 60.0
@@ -49,7 +51,10 @@ def synthetic_run(store, hours: float, gpus: int, v1_events: list | None = None,
                         "cpu": 0.0, "rss": rss}]
     samples: list = []
     step_end = 0.0
+    hourly_rss: list[int] = []  # this process's RSS (the recorder's side of a monitor) each hour
     for i in range(total):
+        if i % (3600 * SAMPLES_PER_SECOND) == 0:
+            hourly_rss.append(psutil.Process().memory_info().rss)
         t = round(i / SAMPLES_PER_SECOND + rng.uniform(0, 0.002), 6)
         if t >= epoch_end:  # a new epoch
             if phase_id > 1:
@@ -97,7 +102,7 @@ def synthetic_run(store, hours: float, gpus: int, v1_events: list | None = None,
         v1_samples.extend(samples)
     record.wall_seconds, record.cpu_seconds_total, record.complete, record.exit_code = clock.t, cpu, True, 0
     store.save_run(record)  # the run's end: its last rows are chunked
-    return record.run_id
+    return record.run_id, hourly_rss
 
 
 _WRAPPER = ("import resource, subprocess, sys, time\n"
@@ -144,7 +149,7 @@ def main() -> None:
     v1_events: list | None = [] if options.bundle_v1 else None
     v1_samples: list | None = [] if options.bundle_v1 else None
     start = time.perf_counter()
-    run_id = synthetic_run(store, options.hours, options.gpus, v1_events, v1_samples)
+    run_id, hourly_rss = synthetic_run(store, options.hours, options.gpus, v1_events, v1_samples)
     built = time.perf_counter() - start
     start = time.perf_counter()
     RunReport.load(store, run_id)  # what `tensorgauge run` does at the end: analyse once, store it
@@ -156,6 +161,13 @@ def main() -> None:
     samples = int(options.hours * 3600 * SAMPLES_PER_SECOND)
     print(f"{options.hours:g} h, {options.gpus} GPUs: {samples:,} samples, {samples * 10:,} steps; built in "
           f"{built:.1f} s, analysed at the end in {analysed:.2f} s")
+    if options.bundle_v1:
+        print("recorder's process RSS: not measured with --bundle-v1 (it keeps every sample for the bundle)")
+    else:
+        rss_mib = [r / 2**20 for r in hourly_rss]
+        print(f"recorder's process RSS at each hour: after 1 h {rss_mib[min(1, len(rss_mib) - 1)]:.0f} MiB, "
+              f"last {rss_mib[-1]:.0f} MiB (range over hours 1..: {min(rss_mib[1:] or rss_mib):.0f}-"
+              f"{max(rss_mib[1:] or rss_mib):.0f} MiB)")
     print(f"store: {size / 1e6:.1f} MB ({size / samples:.1f} bytes a sample, steps and events included)")
 
     wall, peak, out = timed(tg("show", "--store", str(path), run_id))
@@ -181,8 +193,17 @@ def main() -> None:
     worst = 0.0
     for p in epochs[:: max(1, len(epochs) // 20)]:
         inside = [s for s in full if p.start < s.t <= p.end]
-        assert max(s.rss_bytes for s in inside) <= p.rss_peak_bytes
+        ends = [b for b in (p.rss_start_bytes, p.rss_end_bytes) if b]  # the hook's readings at its ends
+        assert max([s.rss_bytes for s in inside] + ends) == p.rss_peak_bytes
         assert max(s.cores_busy for s in inside) == p.cores_busy_peak or p.cores_busy_peak == p.cores_busy_mean
+    # CPU-s of a phase: the job's CPU clock at its end minus at its start, as the hook reported them.
+    phase_cpu: dict[int, list[float]] = {}
+    for e in store.events(run_id, step_digests=False):
+        if e.kind not in ("phase_begin", "phase_end"):
+            continue
+        phase_cpu.setdefault(e.data["id"], []).append(e.data["cpu"])
+    for p, (begin, end) in zip(epochs, (phase_cpu[i] for i in range(2, len(epochs) + 2))):
+        assert abs(p.cpu_seconds - (end - begin)) < 1e-6, (p.name, p.cpu_seconds, end - begin)
     if v1_events is not None:
         by_phase: dict = {}
         for e in v1_events:
@@ -196,7 +217,7 @@ def main() -> None:
                 exact = values[max(0, int(q * len(values) + 0.5) - 1)]
                 worst = max(worst, abs(got - exact) / exact)
             assert p.steps == len(values) and p.step_seconds_max == round(values[-1], 6)
-        print(f"phase figures: RSS and cores peaks equal the full-resolution ones; step p50/p95 within "
+        print(f"phase figures: CPU-s, RSS and cores peaks equal the full-resolution ones; step p50/p95 within "
               f"{100 * worst:.2f}% of the exact ones over {len(epochs)} epochs; counts and maxima exact")
         old = folder / "bundle-v1.json"
         with open(old, "w") as f:
