@@ -34,6 +34,10 @@ def test_round_trip_on_both_back_ends(location):
     again = Store.open(location, create=False)
     assert again.run(run_id) == record and again.run(f"name-{run_id}").job_id == "job-a"
     assert again.samples(run_id) == samples  # 3 GiB RSS survives: 64-bit columns
+    assert again.samples(run_id, 0.15, 0.35) == samples[2:4]  # a window, read from the run's chunk
+    assert len(again.sample_blobs(run_id)) == 1  # the finished run's rows, chunked
+    again.save_analysis(run_id, "k1", {"phases": [{"name": "fit"}]})
+    assert again.analysis(run_id) == ("k1", {"phases": [{"name": "fit"}]})
     assert [e.to_dict() for e in again.events(run_id)] == [e.to_dict() for e in events]  # in insertion order
     assert run_id in [r.run_id for r in again.runs()]
     with pytest.raises(StoreError, match="already in store"):
