@@ -24,6 +24,8 @@ def have_tensorflow() -> bool:
 
 
 needs_tf = pytest.mark.skipif(not have_tensorflow(), reason="TensorFlow is not installed (extra [tensorflow])")
+needs_report = pytest.mark.skipif(__import__("importlib").util.find_spec("vl_convert") is None,
+                                  reason="the [report] extra (vl-convert-python) is not installed")
 
 
 @pytest.fixture

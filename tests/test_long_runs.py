@@ -8,6 +8,7 @@ import sqlite3
 
 import numpy as np
 import pytest
+from conftest import needs_report
 
 from tensorgauge.analyse.run_report import RunReport
 from tensorgauge.cli import main
@@ -148,6 +149,13 @@ def test_show_from_to_prints_every_sample_of_the_window(tmp_path, capsys):
     assert "must come after" in capsys.readouterr().err
     assert main(["show", "--store", str(store_path), "r", "--from", "yesterday"]) == 2
     assert "not a time from the run's start" in capsys.readouterr().err
+
+
+@needs_report
+def test_report_from_to_draws_every_sample_of_the_window(tmp_path, capsys):
+    store_path = tmp_path / "runs.db"
+    Store.open(store_path).import_run(RunRecord(run_id="r", command=["x"], started_at="2026", wall_seconds=300.0,
+                                                complete=True), samples(3000, gpus=0), [])
     assert main(["report", "--store", str(store_path), "r", "--from", "1m", "--to", "1m30s", "-o",
                  str(tmp_path / "w.html")]) == 0
     page = (tmp_path / "w.html").read_text()

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import needs_report
 
 from tensorgauge.cli import main
 
@@ -25,8 +26,6 @@ JOB = ("import sys, time, tensorgauge\n"
 
 chromium = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 needs_browser = pytest.mark.skipif(chromium is None, reason="Chromium is not installed (make test installs it)")
-needs_report = pytest.mark.skipif(__import__("importlib").util.find_spec("vl_convert") is None,
-                                  reason="the [report] extra (vl-convert-python) is not installed")
 
 
 def open_in_chromium(page: Path, screenshot: Path | None = None) -> tuple[str, list[str]]:
