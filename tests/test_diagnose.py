@@ -121,6 +121,17 @@ def test_thread_limited_needs_the_limit_to_bind():
     assert thread_limited({"intra_op_threads": 1}, {}, fit(cores=0.4), allowed=2.0) is None  # not what binds
     assert thread_limited({"intra_op_threads": 2}, {}, fit(cores=1.9), allowed=2.0) is None  # no limit below
     assert thread_limited({"intra_op_threads": 1}, {}, None, allowed=2.0) is None
+    # A fit held to one thread that paused a fifth of the time (mean 0.79): the median still binds.
+    from tensorgauge.model import Sample
+    from tensorgauge.series import SampleSeries
+
+    busy = [1.0] * 80 + [0.0] * 21
+    series = SampleSeries.from_samples([Sample(t=5.0 + 0.1 * i, cpu_seconds=0.0, cores_busy=b, rss_bytes=1, threads=1,
+                                               processes=1) for i, b in enumerate(busy)])
+    paused = fit(cores=0.79)
+    assert thread_limited({"intra_op_threads": 1}, {}, paused, allowed=2.0) is None
+    found = thread_limited({"intra_op_threads": 1}, {}, paused, allowed=2.0, samples=series)
+    assert found.severity == "high" and found.evidence["fit_cores_busy_median"] == 1.0
 
 
 def test_small_batch_startup_and_idle():

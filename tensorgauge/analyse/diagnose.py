@@ -180,7 +180,10 @@ def retracing(events: list[Event]) -> Finding | None:
         fix=fix, expected_gain=f"the {n} traces cost {cost} (measured); a stable function traces once")
 
 
-def thread_limited(config: dict | None, job: dict, fit: Phase | None, allowed: float) -> Finding | None:
+def thread_limited(config: dict | None, job: dict, fit: Phase | None, allowed: float,
+                   samples: SampleSeries | None = None) -> Finding | None:
+    """A thread limit below the CPUs allowed that binds: fit keeps that many cores busy (its mean,
+    or the median of its samples, so that a pause in the fit does not hide the limit)."""
     if fit is None:
         return None
     limits = {}
@@ -190,13 +193,21 @@ def thread_limited(config: dict | None, job: dict, fit: Phase | None, allowed: f
     if job.get("affinity_cpus"):
         limits["affinity_cpus"] = job["affinity_cpus"]
     limit = min(limits.values(), default=None)
-    if not limit or limit >= allowed or fit.cores_busy_mean < THREAD_BOUND * limit:
+    busy = fit.cores_busy_mean
+    if samples is not None:
+        first, last = samples.bounds(fit.start, fit.end)
+        inside = samples["cores_busy"][first:last]
+        inside = inside[~np.isnan(inside)]
+        if len(inside):
+            busy = max(busy, float(np.median(inside)))
+    if not limit or limit >= allowed or busy < THREAD_BOUND * limit:
         return None
     what = " and ".join(f"{k.replace('_', ' ')} = {v}" for k, v in limits.items() if v == limit)
     return Finding(
         id="thread_limited", severity="high" if allowed / limit >= 2 else "moderate",
         title=f"TensorFlow is held to {limit:g} of {allowed:g} CPUs ({what}) and uses all it has",
-        evidence={**limits, "cores_allowed": allowed, "fit_cores_busy_mean": round(fit.cores_busy_mean, 2)},
+        evidence={**limits, "cores_allowed": allowed, "fit_cores_busy_mean": round(fit.cores_busy_mean, 2),
+                  "fit_cores_busy_median": round(busy, 2)},
         fix=f"Let TensorFlow use the CPUs it may: remove tf.config.threading.set_intra_op_parallelism_threads"
             f"({limit:g}) / TF_NUM_INTRAOP_THREADS (or set them to {allowed:g}) and widen the affinity mask (taskset).",
         expected_gain=f"up to {allowed / limit:.1f}x for compute-bound steps")
@@ -389,7 +400,7 @@ def _retracing(f: RunFacts) -> Finding | None:
 
 @rule("thread_limited", category="performance")
 def _thread_limited(f: RunFacts) -> Finding | None:
-    return thread_limited(_fit_config(f), f.job, f.fit, f.cores_allowed)
+    return thread_limited(_fit_config(f), f.job, f.fit, f.cores_allowed, f.samples)
 
 
 @rule("cpu_oversubscribed", category="performance")
