@@ -12,7 +12,7 @@ import statistics
 
 import numpy as np
 
-from tensorgauge.analyse.phases import main_fit
+from tensorgauge.analyse.phases import main_fit, model_calls
 from tensorgauge.analyse.rules import RunFacts, rule
 from tensorgauge.hook.protocol import Kind
 from tensorgauge.model import Event, Finding, Phase
@@ -437,9 +437,7 @@ def _stalls(f: RunFacts) -> Finding | None:
 def predict_in_loop(phases: list[Phase], probe: dict | None, wall: float) -> Finding | None:
     """Many small ``predict`` calls: each pays predict's fixed cost (a tf.data pipeline, a
     callback list, a compiled function lookup) for a batch or two."""
-    inside_fit = {i for i, p in enumerate(phases) if p.kind == "fit"}
-    calls = [p for p in phases if p.kind == "predict" and p.parent not in inside_fit]
-    small = [p for p in calls if (p.steps or 0) <= PREDICT_SMALL_STEPS]
+    small = [p for p in model_calls(phases, ("predict",)) if (p.steps or 0) <= PREDICT_SMALL_STEPS]
     if len(small) < PREDICT_LOOP_CALLS:
         return None
     seconds = sum(p.wall_seconds for p in small)

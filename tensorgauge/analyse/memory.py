@@ -7,6 +7,7 @@ import statistics
 
 import numpy as np
 
+from tensorgauge.analyse.phases import model_calls
 from tensorgauge.analyse.rules import RunFacts, rule
 from tensorgauge.hook.protocol import Kind
 from tensorgauge.model import Event, Finding, Phase
@@ -186,13 +187,6 @@ def memory_budget(f: RunFacts) -> Finding | None:
         expected_gain=None)
 
 
-def _model_calls(phases: list[Phase]) -> list[Phase]:
-    """The job's own fit/predict/evaluate calls (not a fit's validation), in order."""
-    inside_fit = {i for i, p in enumerate(phases) if p.kind == "fit"}
-    return sorted((p for p in phases if p.kind in ("fit", "predict", "evaluate") and p.parent not in inside_fit
-                   and p.rss_end_bytes), key=lambda p: p.start)
-
-
 def _slope(values: list[int]) -> float:
     """Least-squares growth per call."""
     return float(np.polyfit(np.arange(len(values)), np.asarray(values, dtype=np.float64), 1)[0]) if len(values) > 1 else 0.0
@@ -221,7 +215,7 @@ def _models_since_clear(events: list[Event]) -> tuple[int, int | None] | None:
 def memory_leak(f: RunFacts) -> Finding | None:
     """RSS at the end of repeated fit/predict/evaluate calls that keeps rising: a leak. One that
     rose and then levelled off is a warm-up plateau: ``memory_plateau`` (info)."""
-    calls = _model_calls(f.phases)
+    calls = [p for p in model_calls(f.phases, ("fit", "predict", "evaluate")) if p.rss_end_bytes]
     if len(calls) < LEAK_MIN_CALLS:
         return None
     ends = [int(p.rss_end_bytes or 0) for p in calls[1:]]

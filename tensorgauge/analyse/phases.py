@@ -166,6 +166,13 @@ def top_level(phases: list[Phase]) -> list[Phase]:
     return [p for p in phases if p.parent is None]
 
 
+def model_calls(phases: list[Phase], kinds: tuple[str, ...]) -> list[Phase]:
+    """The job's own calls of these kinds (fit, predict, evaluate), not those a fit makes itself
+    (its validation), in time order."""
+    fits = {i for i, p in enumerate(phases) if p.kind == "fit"}
+    return sorted((p for p in phases if p.kind in kinds and p.parent not in fits), key=lambda p: p.start)
+
+
 def main_fit(phases: list[Phase]) -> Phase | None:
     """The run's main training phase, for every rule and view: its longest ``fit``."""
     fits = [p for p in phases if p.kind == "fit"]

@@ -162,6 +162,7 @@ def _dataset_batch_size(dataset) -> int | None:
         return None
 
 
+@functools.lru_cache(maxsize=1)
 def _library_folders() -> tuple[str, ...]:
     """Where installed packages and the standard library live: code there is not the user's to fix."""
     import site

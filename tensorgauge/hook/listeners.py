@@ -75,17 +75,17 @@ def fit_listeners(call: FitCall) -> list[FitListener]:
     return out
 
 
-def tensorflow_imported(tf: Any) -> None:
-    for hook in _tensorflow_hooks:
+def _call_each(hooks: list[Callable[[Any], None]], module: Any) -> None:
+    for hook in hooks:
         try:
-            hook(tf)
-        except Exception:
+            hook(module)
+        except Exception:  # a feature failing must not reach the job
             pass
+
+
+def tensorflow_imported(tf: Any) -> None:
+    _call_each(_tensorflow_hooks, tf)
 
 
 def keras_imported(keras: Any) -> None:
-    for hook in _keras_hooks:
-        try:
-            hook(keras)
-        except Exception:
-            pass
+    _call_each(_keras_hooks, keras)
