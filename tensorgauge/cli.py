@@ -94,8 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="a name for the run (usable wherever a run id is)")
     p.add_argument("--json", metavar="PATH", help="also write the run's report as JSON (- for stdout)")
     p.add_argument("--no-hook", action="store_true", help="record from outside only: no phases")
-    p.add_argument("--diagnose", action="store_true",
-                   help="also profile a window of 10 training steps to measure the input pipeline's share")
+    diagnosis = p.add_mutually_exclusive_group()
+    diagnosis.add_argument("--diagnose", dest="diagnose", action="store_const", const="always", default="auto",
+                           help="measure the input split even where it costs more than 1%% of the fit, and under "
+                                "a distribution strategy (by default it is measured within that bound)")
+    diagnosis.add_argument("--no-diagnose", dest="diagnose", action="store_const", const="",
+                           help="do not profile training steps for the input split (no profiler window, no "
+                                "compute-only probe)")
     p.add_argument("--try-fixes", action="store_true",
                    help="time a short window of the first fit as it is and with each applicable fix "
                         "(parallel map, prefetch, eager off, thread pools), and report each one's speedup")

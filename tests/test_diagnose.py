@@ -240,3 +240,20 @@ def test_the_diagnose_windows_own_pauses_are_not_stalls():
     d = digest(steps, start=5.0 - sum(steps[:21]))  # step 21 ends as the probe is sent
     assert stalls(fit_phase, epochs, [d]) is not None  # without knowing its own pauses: a false stall
     assert stalls(fit_phase, epochs, [d], own) is None
+
+
+def test_xla_on_cpu_needs_jit_compile_and_no_gpu_and_a_slower_step():
+    from tensorgauge.analyse.diagnose import xla_on_cpu
+
+    fit = Phase("fit", "fit", 0.0, 30.0, step_seconds_p50=0.3)
+    config = {"jit_compile": "True"}
+    slower = {"xla_step_seconds": [0.30, 0.31, 0.29], "plain_step_seconds": [0.05, 0.05, 0.06],
+              "plain_trace_seconds": 1.2}
+    finding = xla_on_cpu(config, slower, fit, gpus=0)
+    assert finding.severity == "high" and finding.evidence["measured_ratio"] == 6.0
+    assert xla_on_cpu(config, slower, fit, gpus=1) is None  # on a GPU XLA usually helps
+    assert xla_on_cpu({"jit_compile": "False"}, slower, fit, gpus=0) is None
+    assert xla_on_cpu(config, {"xla_step_seconds": [0.05], "plain_step_seconds": [0.05]}, fit, gpus=0) is None
+    unmeasured = xla_on_cpu(config, {"skipped": "needs a second trace"}, fit, gpus=0)
+    assert unmeasured.severity == "low" and "--try-fixes" in unmeasured.fix
+    assert unmeasured.evidence["not_measured"] == "needs a second trace"

@@ -82,23 +82,50 @@ def test_render_says_when_no_fix_reaches_the_compute_only_limit():
         render_trials(console, Trials(list(trials), compute_only_step_seconds=0.0076))
         return console.export_text()
 
-    base = Trial("baseline", "the job as it is", "r1", 0.088, 1.0, False)
-    parallel = Trial("parallel_map", "map(...)", "r2", 0.047, 1.87, False)
+    base = Trial("baseline", "the job as it is", "r1", 0.088, speedup=1.0, reaches_limit=False)
+    parallel = Trial("parallel_map", "map(...)", "r2", 0.047, speedup=1.87, reaches_limit=False)
     text = render(base, parallel)
     assert "Compute-only limit: 7.6 ms" in text and "Best: parallel_map, 1.87x" in text
     assert "No fix reaches the limit" in text and "vectorise" in text
-    assert "No fix reaches" not in render(base, Trial("parallel_map", "map(...)", "r2", 0.008, 11.0, True))
-    cache = Trial("cache", ".cache() after each map", "r3", 0.0069, 12.75, False, "the map calls Python")
+    assert "No fix reaches" not in render(base, Trial("parallel_map", "map(...)", "r2", 0.008, speedup=11.0,
+                                                      reaches_limit=True))
+    cache = Trial("cache", ".cache() after each map", "r3", 0.0069, speedup=12.75, reaches_limit=False,
+                  caveat="the map calls Python")
     text = render(base, parallel, cache)
     assert "cache comes closest (6.9 ms a step against 7.6 ms)" in text and "vectorise" not in text
     assert "Note on cache: the map calls Python." in text
+
+
+def test_a_gain_inside_the_spread_of_repeated_windows_is_noise_and_a_job_at_its_limit_gets_no_fix():
+    from rich.console import Console
+
+    from tensorgauge.monitoring.tryfixes import outside_spread
+
+    assert outside_spread([0.010, 0.011, 0.010], [0.012, 0.013, 0.012]) is True
+    assert outside_spread([0.010, 0.013, 0.010], [0.012, 0.013, 0.011]) is False  # overlapping: noise
+    assert outside_spread([0.010], [0.012]) is None
+
+    def render(*trials, limit):
+        console = Console(record=True, width=200)
+        render_trials(console, Trials(list(trials), compute_only_step_seconds=limit))
+        return console.export_text()
+
+    base = Trial("baseline", "the job as it is", "r1", 0.0101, [0.0100, 0.0104, 0.0099], 1.0)
+    cache = Trial("cache", ".cache()", "r2", 0.0091, [0.0090, 0.0101, 0.0092], 1.11, gain=False)
+    text = render(base, cache, limit=None)
+    assert "1.11x (noise)" in text and "Best:" not in text
+    assert "None of the fixes made steps faster by more than 5% outside the spread of 3 repeated windows" in text
+    base.reaches_limit = True  # 10.1 ms against a 9.5 ms limit
+    cache.gain = True
+    text = render(base, cache, limit=0.0095)
+    assert "already runs at its compute-only limit" in text and "Best:" not in text
 
 
 def test_render_says_why_a_fix_was_not_tried():
     from rich.console import Console
 
     console = Console(record=True, width=300)
-    render_trials(console, Trials([Trial("baseline", "the job as it is", "r1", 0.088, 1.0)], None,
+    render_trials(console, Trials([Trial("baseline", "the job as it is", "r1", 0.088, speedup=1.0)], None,
                                   {"cache": "its functions draw random numbers (RandomUniform)"}))
     assert "Not tried: cache, because its functions draw random numbers (RandomUniform)." in console.export_text()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tensorgauge.analyse.phases import top_level
-from tensorgauge.hook.protocol import Kind
+from tensorgauge.hook.protocol import TRAIN_LOOP, Kind
 from tensorgauge.model import Event, Phase, Summary
 from tensorgauge.units import format_bytes, format_seconds, format_share
 
@@ -53,13 +53,17 @@ def account(phases: list[Phase], summary: Summary, wall_seconds: float, cores_al
 
     by_kind = []
     totals = _kind_totals(phases)
+    words = dict(KIND_WORDS)
+    if any(p.kind == "fit" and p.name == TRAIN_LOOP for p in phases):
+        words["fit"] = "training (the job's own train loop)" if not any(
+            p.kind == "fit" and p.name != TRAIN_LOOP for p in phases) else "training (fit and the job's train loop)"
     for kind in ("import", "fit", "evaluate", "predict", "save", "load", "custom"):
         wall, cpu, count = totals.get(kind, (0.0, 0.0, 0))
         if count:
             by_kind.append((kind, wall, cpu, count))
     biggest = max(by_kind, key=lambda k: k[1])
     kind, wall, cpu, count = biggest
-    lines.append(f"Most of the time went to {KIND_WORDS.get(kind, kind)} ({format_seconds(wall)}, {format_share(wall, wall_seconds)} "
+    lines.append(f"Most of the time went to {words.get(kind, kind)} ({format_seconds(wall)}, {format_share(wall, wall_seconds)} "
                  f"of the run, {cpu:.2f} CPU-s).")
     import_wall = next((k[1] for k in by_kind if k[0] == "import"), 0.0)
     fit_wall = next((k[1] for k in by_kind if k[0] == "fit"), 0.0)
@@ -74,7 +78,9 @@ def account(phases: list[Phase], summary: Summary, wall_seconds: float, cores_al
         if hi[1] > 1.5 * lo[1] and hi[1] - lo[1] > 0.25:
             # The seed's question (why CPU drops after saving) only where the job saved something.
             saved = " A drop after saving is the job moving to lighter work, not the save." if "save" in totals else ""
-            lines.append(f"CPU use follows the phase: {hi[0]} kept {hi[1]:.2f} cores busy, {lo[0]} only "
+            name = {"fit": "training"} if "fit" in words and words["fit"] != "fit" else {}
+            lines.append(f"CPU use follows the phase: {name.get(hi[0], hi[0])} kept {hi[1]:.2f} cores busy, "
+                         f"{name.get(lo[0], lo[0])} only "
                          f"{lo[1]:.2f}.{saved}")
 
     peak = max(phases, key=lambda p: p.rss_peak_bytes)

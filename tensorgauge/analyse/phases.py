@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tensorgauge.hook.protocol import Kind
+from tensorgauge.hook.protocol import TRAIN_LOOP, Kind
 from tensorgauge.model import PHASE_KINDS, Event, Phase, Sample
 
 if TYPE_CHECKING:  # numpy loads when phases are built, not for main_fit and top_level
@@ -68,6 +68,7 @@ def build_phases(events: list[Event], samples: SampleSeries | list[Sample], end:
     phases: list[Phase] = []
     index_of: dict[tuple[int, object], int] = {}
     begin_cpu: dict[int, float | None] = {}
+    exact: set[int] = set()  # phases whose CPU the hook's own stamps give
 
     begin, end_kind = Kind.PHASE_BEGIN, Kind.PHASE_END
     for event in events:
@@ -81,7 +82,7 @@ def build_phases(events: list[Event], samples: SampleSeries | list[Sample], end:
                           event.t, run_end, index_of.get((pid, parent)) if parent is not None else None, pid,
                           rss_start_bytes=data.get("rss"), complete=False)
             index_of[(pid, data.get("id"))] = len(phases)
-            begin_cpu[len(phases)] = data.get("cpu")
+            begin_cpu[len(phases)] = data.get("cpu")  # None: not known (a train loop recognised late)
             phases.append(phase)
         elif kind_of_event == end_kind:
             data = event.data
@@ -95,11 +96,11 @@ def build_phases(events: list[Event], samples: SampleSeries | list[Sample], end:
             phase.rss_end_bytes = data.get("rss")
             if begin_cpu[index] is not None and data.get("cpu") is not None:
                 phase.cpu_seconds = max(0.0, data["cpu"] - begin_cpu[index])
-                begin_cpu[index] = None  # mark as measured exactly
+                exact.add(index)
 
     for index, phase in enumerate(phases):
-        if begin_cpu[index] is not None:
-            # Never closed: estimate from the tree's samples.
+        if index not in exact:
+            # Never closed, or begun at an unknown CPU: estimated from the tree's samples.
             phase.cpu_seconds = max(0.0, cpu_at(series, phase.end) - cpu_at(series, phase.start))
         _sample_figures(phase, series)
 
@@ -122,12 +123,27 @@ def build_phases(events: list[Event], samples: SampleSeries | list[Sample], end:
             phase.step_seconds_p95 = _round(digest.quantile(0.95))
             phase.step_seconds_max = _round(digest.seconds_max)
 
+    _nest_in_loops(phases)
     order = sorted(range(len(phases)), key=lambda i: (phases[i].start, i))
     new_index = {old: new for new, old in enumerate(order)}
     ordered = [phases[i] for i in order]
     for phase in ordered:
         phase.parent = new_index.get(phase.parent) if phase.parent is not None else None
     return ordered
+
+
+def _nest_in_loops(phases: list[Phase]) -> None:
+    """A custom training loop is recognised after it began and kept beside the job's other phases
+    (see :mod:`tensorgauge.hook.train_loop`): what the same process began inside its span (an
+    evaluate, a checkpoint) is its child."""
+    loops = [(i, p) for i, p in enumerate(phases) if p.kind == "fit" and p.name == TRAIN_LOOP]
+    for index, phase in enumerate(phases):
+        if phase.parent is not None:
+            continue
+        for loop_index, loop in loops:
+            if loop_index != index and loop.pid == phase.pid and loop.start <= phase.start < loop.end:
+                phase.parent = loop_index
+                break
 
 
 def _round(value: float | None) -> float | None:

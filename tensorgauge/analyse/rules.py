@@ -60,8 +60,9 @@ class RunFacts:
         return found[-1].data if found else None
 
     def first_ok(self, kind: str) -> dict | None:
-        """The payload of the first event of ``kind`` that reports no error."""
-        return next((e.data for e in self.of_kind(kind) if not e.data.get("error")), None)
+        """The payload of the first event of ``kind`` that reports a measurement (no error, not skipped)."""
+        return next((e.data for e in self.of_kind(kind) if not e.data.get("error") and not e.data.get("skipped")),
+                    None)
 
 
 Rule = Callable[[RunFacts], "Finding | Iterable[Finding] | None"]

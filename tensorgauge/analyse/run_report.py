@@ -21,7 +21,7 @@ from tensorgauge.model import RUN_SCHEMA, Event, Finding, Phase, RunRecord, Samp
 if TYPE_CHECKING:  # numpy and the analysis load only when a run is analysed, not when its analysis is read
     from tensorgauge.series import SampleSeries
 
-ANALYSIS_VERSION = 2  # raised when what the analysis finds changes; with the package's version, part of its key
+ANALYSIS_VERSION = 3  # raised when what the analysis finds changes; with the package's version, part of its key
 
 
 class RunSource(Protocol):
@@ -52,11 +52,13 @@ class RunReport:
     phases: list[Phase] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     timeline: dict[str, Any] = field(default_factory=dict)  # see tensorgauge.analyse.timeline.build
+    input_split: dict[str, Any] | None = None  # see tensorgauge.analyse.input_split
 
     @classmethod
     def build(cls, record: RunRecord, samples: SampleSeries | list[Sample], events: list[Event]) -> RunReport:
         from tensorgauge.analyse import timeline
         from tensorgauge.analyse.findings import find
+        from tensorgauge.analyse.input_split import input_split
         from tensorgauge.analyse.phases import as_series, build_phases, step_digests
         from tensorgauge.analyse.summary import summarise
         from tensorgauge.steps import StepDigest
@@ -72,7 +74,7 @@ class RunReport:
         for digest in digests.values():
             steps.merge(digest)
         return cls(record=record, events=events, summary=summary, phases=phases, findings=findings,
-                   timeline=timeline.build(series, steps, wall))
+                   timeline=timeline.build(series, steps, wall), input_split=input_split(events, phases))
 
     @classmethod
     def load(cls, store: RunSource, ref: str) -> RunReport:
@@ -97,13 +99,15 @@ class RunReport:
     def analysis(self) -> dict[str, Any]:
         """What the store keeps of this report besides the record and events."""
         return {"summary": self.summary.to_dict(), "phases": [p.to_dict() for p in self.phases],
-                "findings": [f.to_dict() for f in self.findings], "timeline": self.timeline}
+                "findings": [f.to_dict() for f in self.findings], "timeline": self.timeline,
+                "input_split": self.input_split}
 
     @classmethod
     def from_analysis(cls, record: RunRecord, events: list[Event], doc: dict[str, Any]) -> RunReport:
         return cls(record=record, events=events, summary=Summary(**doc["summary"]),
                    phases=[Phase.from_dict(p) for p in doc["phases"]],
-                   findings=[Finding(**f) for f in doc["findings"]], timeline=doc["timeline"])
+                   findings=[Finding(**f) for f in doc["findings"]], timeline=doc["timeline"],
+                   input_split=doc.get("input_split"))
 
     def to_dict(self) -> dict:
         r = self.record
@@ -125,5 +129,6 @@ class RunReport:
             "summary": self.summary.to_dict(),
             "phases": [p.to_dict() for p in self.phases],
             "findings": [f.to_dict() for f in self.findings],
+            "input_split": self.input_split,
             "budget": r.budget,
         }

@@ -21,7 +21,7 @@ class RecordOptions:
     name: str | None = None
     json_path: str | None = None
     hook: bool = True
-    diagnose: bool = False
+    diagnose: str = "auto"  # "auto" (within its cost bound), "always" (--diagnose), "" (--no-diagnose)
     max_memory: str | None = None
     max_cpus: str | None = None
     max_gpu_memory: str | None = None
@@ -90,7 +90,7 @@ def record(command: list[str], options: RecordOptions) -> tuple[int, str]:
     if budget is not None and budget.max_memory_bytes is not None:
         checkpoint_dir = options.checkpoint or str(default_checkpoint_dir(store.data_dir, command))
     err = console(stderr=True)
-    if options.diagnose and os.environ.get("TF_CONFIG") and not options.quiet:
+    if options.diagnose == "always" and os.environ.get("TF_CONFIG") and not options.quiet:
         err.print("[yellow]tensorgauge: note: --diagnose profiles 10 training steps; under "
                   "MultiWorkerMirroredStrategy, TensorFlow 2.21 crashed a worker in that window in about 1 run "
                   "in 12 here (a TensorFlow bug). Run without --diagnose where a crash costs you.[/yellow]")

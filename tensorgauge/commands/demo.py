@@ -21,7 +21,7 @@ def demo(store: str | None, scenario: str = "default", json_path: str | None = N
         raise TensorgaugeError("the demo needs TensorFlow: pip install 'tensorgauge[tensorflow]'")
     module, _ = SCENARIOS[scenario]
     name = "demo" if scenario == "default" else f"scenario {scenario}"
-    options = RecordOptions(store=store, name=name, json_path=json_path, diagnose=scenario != "default")
+    options = RecordOptions(store=store, name=name, json_path=json_path, diagnose="auto" if scenario == "default" else "always")
     exit_code, run_id = record([sys.executable, "-m", module], options)
     opened = open_store(store, create=False)
     report = RunReport.load(opened, run_id)

@@ -89,6 +89,27 @@ class Agent:
                 if phase.id == phase_id:
                     break
 
+    # -- phases kept off the stack (recognised after they began: a custom training loop) ------
+
+    def open_detached(self, name: str, kind: str, parent: int | None, at: float, cpu: float | None) -> _Open:
+        """A phase that began at ``at`` (when the process's CPU was ``cpu`` seconds), kept off the
+        stack: phases the job opens meanwhile are not its children here (the analysis nests those
+        inside its span), and it ends only by :meth:`close_detached`."""
+        with self._lock:
+            phase = _Open(self._next_id, kind, True, at)
+            self._next_id += 1
+            channel().emit(Kind.PHASE_BEGIN, id=phase.id, name=name, phase_kind=kind, parent=parent, t=at, cpu=cpu)
+            return phase
+
+    def record_step(self, phase: _Open, seconds: float, end: float) -> None:
+        with self._lock:
+            self._record_step(phase, seconds, end)
+
+    def close_detached(self, phase: _Open, at: float, cpu: float | None) -> None:
+        with self._lock:
+            self._flush_steps(phase, at)
+            channel().emit(Kind.PHASE_END, id=phase.id, t=at, cpu=cpu)
+
     # -- steps -------------------------------------------------------------------
 
     def step_begin(self) -> None:

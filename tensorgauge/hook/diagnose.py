@@ -4,7 +4,7 @@ Always on (each costs nothing per step):
 
 - ``fit_config`` at each ``fit``: run_eagerly, functions_run_eagerly,
   jit_compile, steps_per_execution, batch size, epochs, whether the input is a
-  ``tf.data.Dataset`` and, for one, under --diagnose or --try-fixes, its
+  ``tf.data.Dataset`` and, for one, unless --no-diagnose, its
   batches per epoch and bytes (when known), and the op types of its functions
   that are random or call Python (``dataset_random_ops``,
   ``dataset_python_ops``: can its map be cached?).
@@ -15,23 +15,16 @@ Always on (each costs nothing per step):
   any ``tf.function``: a custom training loop in eager mode) 8, 16, 32, ...
   times; the count, and the seconds since the first such call.
 
-With ``$TENSORGAUGE_DIAGNOSE`` (``tensorgauge run --diagnose``): a profiler
-window over :data:`WINDOW_STEPS` training steps of the first ``fit``, after
-:data:`WINDOW_START` warm-up steps. The window's trace gives, per step, the
-time spent in ``IteratorGetNext`` (waiting for the input pipeline: Keras
-fetches the batch inside the compiled train function); the step times come
-from the hook's own step marks. The trace is parsed in the job and sent as one
-``input_probe`` event; the trace files are deleted.
+The profiler window and the compute-only probe (the input split) are in
+:mod:`.input_window`.
 """
 
 from __future__ import annotations
 
 import functools
-import glob
 import os
-import shutil
 import sys
-import tempfile
+import threading
 import time
 import weakref
 
@@ -39,14 +32,12 @@ from tensorgauge.hook.channel import channel, process_rss_bytes
 from tensorgauge.hook.listeners import FitCall, FitListener, on_fit, on_tensorflow
 from tensorgauge.hook.protocol import DIAGNOSE_ENV, WINDOW_ENV, Kind
 
-WINDOW_START = 10
-WINDOW_STEPS = 10
-_GET_NEXT = "IteratorGetNextOp::DoCompute"
-_COLLECTIVES = ("CollectiveReduce", "CollectiveGather", "CollectiveAllToAll", "NcclAllReduce", "AllReduce")
 
-
-def enabled() -> bool:
-    return bool(os.environ.get(DIAGNOSE_ENV))
+def mode() -> str:
+    """"auto" (the default: the input window within its cost bound), "always" (--diagnose), or ""
+    (--no-diagnose)."""
+    value = os.environ.get(DIAGNOSE_ENV, "")
+    return "always" if value in ("1", "always") else "auto" if value == "auto" else ""
 
 
 def send_fit_config(model, args: list, kwargs: dict) -> None:
@@ -83,7 +74,7 @@ def _plain_int(value) -> int | None:
 def _inspect_dataset(tf, model) -> bool:
     """Look into fit's pipeline only when asked to (--diagnose, --try-fixes), and never under a
     distribution strategy (TensorFlow's multi-worker runtime is fragile: see the README)."""
-    if not (enabled() or os.environ.get(WINDOW_ENV, "0") not in ("", "0")):
+    if not (mode() or os.environ.get(WINDOW_ENV, "0") not in ("", "0")):
         return False
     strategy = getattr(model, "distribute_strategy", None)
     return strategy is None or not tf.distribute.has_strategy() and type(strategy).__name__.startswith("_Default")
@@ -218,6 +209,18 @@ def _count_trace(tracing_options) -> int:
         return 1
 
 
+_tracing = threading.local()
+
+
+def tracing_now() -> list[tuple[object, str]]:
+    """The tf.functions this thread is tracing, outermost first: (the instance's captures container,
+    "user" or "library"). Read by :mod:`.train_loop` to learn which functions apply gradients."""
+    stack = getattr(_tracing, "stack", None)
+    if stack is None:
+        stack = _tracing.stack = []
+    return stack
+
+
 def patch_tracing() -> None:
     """Count traces per tf.function (``tracing_compilation._create_concrete_function``): each
     ``trace`` event names the function, whose code it is, how many times this instance of it
@@ -230,13 +233,16 @@ def patch_tracing() -> None:
     @functools.wraps(original)
     def traced(function_type, type_context, func_graph, tracing_options):
         start, rss = time.perf_counter(), process_rss_bytes()
+        origin, where = function_origin(tracing_options.python_function)
+        stack = tracing_now()
+        stack.append((getattr(tracing_options, "function_captures", None), origin))
         try:
             return original(function_type, type_context, func_graph, tracing_options)
         finally:
+            stack.pop()
             try:
                 seconds, after = time.perf_counter() - start, process_rss_bytes()
                 count = _count_trace(tracing_options)
-                origin, where = function_origin(tracing_options.python_function)
                 channel().emit(Kind.TRACE, function=str(getattr(tracing_options, "name", "?")), origin=origin,
                                where=where, instance_trace=count, seconds=round(seconds, 6),
                                rss_delta_bytes=after - rss if after is not None and rss is not None else None)
@@ -275,198 +281,12 @@ def patch_eager_gradients(tf) -> None:
     tape_class.gradient = gradient
 
 
-PROBE_STEPS = 32
-
-
-def _side_effect_free(dataset) -> bool:
-    """A pipeline that can be iterated again to peek at one batch: no Python in it (a generator or
-    py_function may have side effects, or be slow to restart)."""
-    try:
-        return not any(op in PYTHON_OPS for op in _pipeline_ops(dataset))
-    except Exception:
-        return False
-
-
-def _batch_like(x, y, batch_size: int | None) -> tuple[object, str]:
-    """A batch shaped like fit's input, and where its shapes come from: a pipeline whose spec
-    leaves a dimension open (sequences of any length) gives one real batch, read from a new
-    iterator, when it has no Python in it; otherwise zeros from the spec or the arrays."""
-    import tensorflow as tf
-
-    if isinstance(x, tf.data.Dataset):
-        spec = x.element_spec
-        flat = tf.nest.flatten(spec)
-        open_dims = any(s.shape.rank is None or None in s.shape.as_list()[1:] for s in flat)
-        if open_dims and _side_effect_free(x):
-            return next(iter(x.take(1))), "a real batch"
-        batch = next((s.shape[0] for s in flat if s.shape.rank and s.shape[0]), None) or batch_size or 32
-        filled = tf.nest.map_structure(lambda s: tf.zeros([batch if d is None else d for d in s.shape], s.dtype), spec)
-        return filled, "zeros shaped by the dataset's spec" + (" (open dimensions filled with the batch size)"
-                                                               if open_dims else "")
-    batch = batch_size or 32
-
-    def zeros(array):
-        return tf.zeros((batch, *array.shape[1:]), tf.as_dtype(array.dtype))
-
-    arrays = (tf.nest.map_structure(zeros, x), tf.nest.map_structure(zeros, y)) if y is not None else \
-        tf.nest.map_structure(zeros, x)
-    return arrays, "zeros shaped by the arrays"
-
-
-def compute_probe(model, fit_input) -> None:
-    """Compute-only step time: the train function on one repeated batch, no input work.
-
-    Every variable the steps touch (model, optimizer, metrics) is copied before
-    and restored after, so the job's results do not change.
-    """
-    try:
-        import tensorflow as tf
-
-        began = time.monotonic()
-        x, y, batch_size = fit_input
-        variables = {id(v): v for v in [*model.variables, *getattr(model.optimizer, "variables", []),
-                                        *getattr(model, "metrics_variables", [])]}.values()
-        saved = [(v, v.numpy()) for v in variables]
-        batch, source = _batch_like(x, y, batch_size)
-        shapes = [[int(d) if d is not None else -1 for d in t.shape] for t in tf.nest.flatten(batch)]
-        iterator = iter(tf.data.Dataset.from_tensors(batch).repeat())
-        times = []
-        try:
-            for _ in range(PROBE_STEPS):
-                start = time.monotonic()
-                logs = model.train_function(iterator)
-                tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, logs)  # wait for it
-                times.append(time.monotonic() - start)
-        finally:
-            for variable, value in saved:
-                variable.assign(value)
-        channel().emit(Kind.COMPUTE_PROBE, step_seconds=times[2:], total_seconds=time.monotonic() - began,
-                       shapes=shapes, source=source)
-    except Exception as exc:
-        channel().emit(Kind.COMPUTE_PROBE, error=f"{type(exc).__name__}: {exc}")
-
-
-class ProfilerWindow:
-    """Profiles WINDOW_STEPS training steps once per process (see the module doc)."""
-
-    done = False
-
-    def __init__(self):
-        self.active = False
-        self.probed = False
-        self.start_seconds = 0.0
-        self.logdir: str | None = None
-        self.step_starts: list[float] = []
-        self.seen = 0
-
-    def on_step_begin(self) -> None:
-        if ProfilerWindow.done:
-            return
-        self.seen += 1
-        now = time.monotonic()
-        if not self.active and self.seen == WINDOW_START + 1:
-            self._start()
-        if self.active:
-            self.step_starts.append(now)
-            if len(self.step_starts) > WINDOW_STEPS:
-                self.finish()
-
-    def _start(self) -> None:
-        try:
-            import tensorflow as tf
-
-            began = time.monotonic()
-            self.logdir = tempfile.mkdtemp(prefix="tensorgauge-profile-")
-            tf.profiler.experimental.start(self.logdir)
-            self.start_seconds = time.monotonic() - began
-            self.active = True
-        except Exception as exc:
-            ProfilerWindow.done = True
-            channel().emit(Kind.INPUT_PROBE, error=f"{type(exc).__name__}: {exc}")
-
-    def finish(self) -> None:
-        """Stop the profiler (at the window's end, or when fit ends first) and report."""
-        if not self.active:
-            return
-        self.active = False
-        ProfilerWindow.done = True
-        try:
-            import tensorflow as tf
-
-            began = time.monotonic()
-            tf.profiler.experimental.stop()
-            steps = [b - a for a, b in zip(self.step_starts, self.step_starts[1:])]
-            waits, functions, copies, totals = self._trace_seconds(len(steps))
-            channel().emit(Kind.INPUT_PROBE, step_seconds=steps, get_next_seconds=waits, function_seconds=functions,
-                           copies=len(copies), copy_seconds=sum(copies), **totals,
-                           start_seconds=self.start_seconds, stop_seconds=time.monotonic() - began)
-        except Exception as exc:
-            channel().emit(Kind.INPUT_PROBE, error=f"{type(exc).__name__}: {exc}")
-        finally:
-            if self.logdir is not None:
-                shutil.rmtree(self.logdir, ignore_errors=True)
-
-    def _trace_seconds(self, steps: int) -> tuple[list[float], list[float], list[float], dict[str, float]]:
-        """Per step, in order: IteratorGetNext's duration, and the train function's
-        (Keras names it ``*_on_iterator``; the rest of a step is Keras' Python loop);
-        the durations of the window's host<->GPU copies (``Memcpy*`` on a GPU plane); and
-        window totals: ``collective_seconds`` (all-reduce ops: time a worker waits for the
-        others) and ``input_work_seconds`` (tf.data's root iterator producing elements)."""
-        from tensorflow.tsl.profiler.protobuf import xplane_pb2
-
-        paths = glob.glob(os.path.join(self.logdir or "", "**", "*.xplane.pb"), recursive=True)
-        space = xplane_pb2.XSpace()
-        with open(paths[0], "rb") as f:
-            space.ParseFromString(f.read())
-        waits: list[tuple[int, float]] = []
-        functions: list[tuple[int, float]] = []
-        copies: list[float] = []
-        totals = {"collective_seconds": 0.0, "input_work_seconds": 0.0}
-        for plane in space.planes:
-            names = {key: meta.name for key, meta in plane.event_metadata.items()}
-            gpu = plane.name.startswith("/device:GPU:")
-            for line in plane.lines:
-                for event in line.events:
-                    name = names.get(event.metadata_id, "")
-                    op_type = name.rsplit(":", 1)[-1]
-                    if op_type.startswith(_COLLECTIVES):
-                        totals["collective_seconds"] += event.duration_ps / 1e12
-                    elif name == "Iterator::Root":
-                        totals["input_work_seconds"] += event.duration_ps / 1e12
-                    if gpu and name.startswith("Memcpy") and ("HtoD" in name or "DtoH" in name or "H2D" in name
-                                                              or "D2H" in name):
-                        copies.append(event.duration_ps / 1e12)
-                    at = (line.timestamp_ns * 1000 + event.offset_ps, event.duration_ps / 1e12)
-                    if name == _GET_NEXT:
-                        waits.append(at)
-                    elif line.name == "python" and name.endswith("_on_iterator"):
-                        functions.append(at)
-        return [s for _, s in sorted(waits)[:steps]], [s for _, s in sorted(functions)[:steps]], copies, totals
-
-
-class _WindowProbe(FitListener):
-    """The profiler window over the first training steps, then the compute-only probe."""
-
-    def __init__(self, fit_input):
-        self.window, self.fit_input = ProfilerWindow(), fit_input
-
-    def on_train_batch_begin(self, model, epoch: int) -> None:
-        self.window.on_step_begin()
-
-    def on_train_end(self, model) -> None:
-        probe = self.window.active or (self.window.step_starts and not self.window.probed)
-        self.window.finish()
-        if probe:
-            self.window.probed = True
-            compute_probe(model, self.fit_input)
-
-
 @on_fit
 def _diagnose_listener(call: FitCall) -> FitListener | None:
     if call.fit_input is None:
         return None
     send_fit_config(call.model, call.args, call.kwargs)
-    return _WindowProbe(call.fit_input) if enabled() else None
+    return None
 
 
 @on_tensorflow

@@ -5,7 +5,7 @@ Used by ``tensorgauge run --try-fixes``: the job runs once per fix, with
 set; the first ``fit`` then stops after :data:`WARMUP_STEPS` + that many steps,
 sends the timed steps as a ``try_window`` event, and the job exits (code 0).
 The run without fixes also times the compute-only probe (see
-:func:`tensorgauge.hook.diagnose.compute_probe`): the limit a fix can reach.
+:func:`tensorgauge.hook.input_window.compute_probe`): the limit a fix can reach.
 
 Fixes:
 - ``parallel_map``: ``Dataset.map`` without ``num_parallel_calls`` gets
@@ -15,6 +15,7 @@ Fixes:
   each map runs once and later epochs read its results; timed in the second
   epoch (``$TENSORGAUGE_WINDOW_WARMUP`` steps of warm-up cover the first).
 - ``no_eager``: ``run_eagerly`` off and ``tf.config.run_functions_eagerly(False)``.
+- ``no_jit``: ``model.jit_compile = False`` (fit's steps built without XLA).
 - ``threads``: TensorFlow's thread pools sized to the CPUs allowed (the
   runner sets the environment; in-code ``set_*_parallelism_threads`` calls are ignored).
 """
@@ -31,7 +32,7 @@ from tensorgauge.hook.listeners import FitCall, FitListener, on_fit, on_tensorfl
 from tensorgauge.hook.protocol import FIX_ENV, WARMUP_ENV, WINDOW_ENV, Kind
 
 WARMUP_STEPS = 3
-FIXES = ("parallel_map", "prefetch", "cache", "no_eager", "threads")
+FIXES = ("parallel_map", "prefetch", "cache", "no_eager", "threads", "no_jit")
 
 
 def active() -> set[str]:
@@ -79,6 +80,9 @@ def apply_fit(model, args: list, kwargs: dict) -> None:
     """Fixes applied to one ``fit`` call (in place on its arguments)."""
     fixes = active()
     tf = sys.modules.get("tensorflow")
+    if "no_jit" in fixes and getattr(model, "jit_compile", False) is True:
+        model.jit_compile = False
+        model.train_function = None  # built again, without XLA
     if "no_eager" in fixes:
         model.run_eagerly = False
         if tf is not None:
@@ -136,10 +140,10 @@ class _WindowWatch(FitListener):
         self.timed.on_step_begin(model)
 
     def on_train_end(self, model) -> None:
-        from tensorgauge.hook import diagnose
+        from tensorgauge.hook import diagnose, input_window
 
-        if self.timed.finished and not active() and not diagnose.enabled():
-            diagnose.compute_probe(model, self.fit_input)  # the limit the fixes are measured against
+        if self.timed.finished and not active() and not diagnose.mode():
+            input_window.compute_probe(model, self.fit_input)  # the limit the fixes are measured against
 
     def after_fit(self, model) -> None:
         self.timed.exit_if_finished()

@@ -79,15 +79,16 @@ class ImportWatcher:
                 failed = exc
                 raise
             finally:
-                if outer:
-                    phase_id, watcher._import_phase = watcher._import_phase, None
-                    agent().end(phase_id, failed)
+                # The patches run inside the import's phase: the job's import returns only after them.
                 if failed is None:
                     watcher.watched.discard(fullname)
                     try:
                         watcher.on_imported(fullname, module)
                     except Exception:
                         pass  # a patch that fails must never break the job's import
+                if outer:
+                    phase_id, watcher._import_phase = watcher._import_phase, None
+                    agent().end(phase_id, failed)
                 if not watcher.watched:
                     watcher.uninstall()
 

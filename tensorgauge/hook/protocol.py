@@ -18,7 +18,7 @@ EVENTS_ENV = "TENSORGAUGE_EVENTS"  # the channel file
 RUN_ID_ENV = "TENSORGAUGE_RUN_ID"
 NO_HOOK_ENV = "TENSORGAUGE_NO_HOOK"  # set by the user: no hook in this job
 NO_CGROUP_ENV = "TENSORGAUGE_NO_CGROUP"  # set by the user: sample through /proc, no cgroup of our own
-DIAGNOSE_ENV = "TENSORGAUGE_DIAGNOSE"  # profile a window of training steps
+DIAGNOSE_ENV = "TENSORGAUGE_DIAGNOSE"  # "auto": the input window within its cost bound; "always": unbounded
 STOP_FILE_ENV = "TENSORGAUGE_STOP_FILE"  # created by the monitor: stop training gracefully
 CHECKPOINT_ENV = "TENSORGAUGE_CHECKPOINT_DIR"  # where a budget stop leaves its checkpoint
 GPU_MEMORY_ENV = "TENSORGAUGE_GPU_MEMORY_LIMIT"  # bytes per GPU
@@ -26,6 +26,9 @@ FIX_ENV = "TENSORGAUGE_FIX"  # --try-fixes: the fixes to apply, comma-separated
 WINDOW_ENV = "TENSORGAUGE_WINDOW_STEPS"  # --try-fixes: timed steps in the window
 WARMUP_ENV = "TENSORGAUGE_WINDOW_WARMUP"  # --try-fixes: steps before the window
 JOB_ENV = "TENSORGAUGE_JOB"  # the distributed job a worker belongs to
+
+WINDOW_START = 10  # training steps before the input window (tracing, warm-up): it needs a fit longer than that
+TRAIN_LOOP = "train loop"  # the name of a custom training loop's phase (kind "fit")
 
 
 class Kind:
@@ -51,6 +54,8 @@ class Kind:
     BENCH_RESULT = "bench_result"
     PREDICT_PROBE = "predict_probe"
     MODELS_BUILT = "models_built"
+    XLA_PROBE = "xla_probe"  # fit's XLA-compiled step against the same step without XLA, on a CPU
+    LOOP_INPUT = "loop_input"  # a custom training loop's steps and the time its next() calls waited
     STEP_DIGEST = "step_digest"  # written by the monitor: a phase's steps, compactly (tensorgauge.steps)
 
 
@@ -143,6 +148,8 @@ class InputProbe(Common, total=False):
     input_work_seconds: float
     start_seconds: float
     stop_seconds: float
+    allowance_seconds: float | None  # what the diagnosis may cost in this fit (None: unbounded, --diagnose)
+    skipped: str  # why no window was profiled (its cost, a distribution strategy, a fit too short)
     error: str
 
 
@@ -151,6 +158,16 @@ class ComputeProbe(Common, total=False):
     total_seconds: float
     shapes: list[list[int]]  # of the probe's batch, each tensor's (-1: unknown)
     source: str  # where those shapes come from: "a real batch", or zeros shaped by the spec or arrays
+    skipped: str  # why no compute-only steps were timed (the cost bound)
+    error: str
+
+
+class XlaProbe(Common, total=False):
+    xla_step_seconds: list[float]  # fit's train function (jit_compile=True) on one repeated batch
+    plain_step_seconds: list[float]  # the same, built with jit_compile=False
+    plain_trace_seconds: float  # the first call of that function (its trace)
+    total_seconds: float
+    skipped: str
     error: str
 
 
@@ -204,6 +221,17 @@ class ModelsBuilt(Common, total=False):
     clears: int  # clear_session() calls so far
 
 
+class LoopInput(Common, total=False):
+    steps: int  # optimizer updates so far (each a step of the train loop)
+    epochs: int  # times the loop began iterating a dataset again
+    eager: bool  # the updates ran eagerly (not inside a tf.function)
+    step_seconds_p50: float  # over the steps kept (the first excluded: it traces)
+    next_seconds_p50: float  # per step, the time next() on the loop's iterator took
+    step_seconds_total: float
+    next_seconds_total: float
+    eval_steps: int  # model calls without gradients between training steps
+
+
 class BenchResult(Common, total=False):
     name: str
     group: str
@@ -220,5 +248,6 @@ PAYLOADS: dict[str, type] = {
     Kind.PLACEMENT: Placement, Kind.DATASET: Dataset, Kind.BUDGET_STOP: BudgetStop,
     Kind.BUDGET_RESUME: BudgetResume, Kind.BUDGET_CHECKPOINT_FAILED: BudgetCheckpointFailed,
     Kind.BUDGET_GPU_MEMORY: BudgetGpuMemory, Kind.BENCH_RESULT: BenchResult, Kind.STEP_DIGEST: StepDigest,
-    Kind.PREDICT_PROBE: PredictProbe, Kind.MODELS_BUILT: ModelsBuilt,
+    Kind.PREDICT_PROBE: PredictProbe, Kind.MODELS_BUILT: ModelsBuilt, Kind.LOOP_INPUT: LoopInput,
+    Kind.XLA_PROBE: XlaProbe,
 }

@@ -93,7 +93,7 @@ def job_environment(events_path: str | None, run_id: str, hook: bool, base: dict
 
 def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name: str | None = None,
         hook: bool = True, on_start: Callable[[RunRecord], None] | None = None,
-        budget: Budget | None = None, checkpoint_dir: str | None = None, diagnose: bool = False,
+        budget: Budget | None = None, checkpoint_dir: str | None = None, diagnose: str | bool = "auto",
         extra_env: dict[str, str] | None = None, observers: Sequence[Observer] = (),
         job: str | None = None, sources: Sources | None = None,
         report: Callable[[str], None] | None = None, keep_job_on_failure: bool = False,
@@ -101,7 +101,9 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     """Run ``command`` to its end under the monitor and record it in ``store``.
 
     With a ``budget``, the job is kept inside it (see :mod:`tensorgauge.monitoring.budget`);
-    ``checkpoint_dir`` is where a graceful stop leaves a resumable checkpoint; ``observers``
+    ``checkpoint_dir`` is where a graceful stop leaves a resumable checkpoint; ``diagnose``: the
+    input split measured within its cost bound ("auto"), unbounded ("always" or True), or not at
+    all ("" or False; see :mod:`tensorgauge.hook.input_window`); ``observers``
     see every sample and event as it is recorded (live view, TensorBoard, Prometheus);
     ``job`` groups the workers of one distributed job (else taken from ``TF_CONFIG``);
     ``sources``: where readings come from (the real ones by default); ``report``: where
@@ -118,8 +120,11 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     run_id = new_run_id()
     files = RunFiles(run_id)
     env = job_environment(files.events_path, run_id, hook)
-    if diagnose:
-        env[DIAGNOSE_ENV] = "1"
+    mode = ("always" if diagnose else "") if isinstance(diagnose, bool) else diagnose
+    if mode not in ("auto", "always", ""):
+        raise ValueError(f"diagnose must be 'auto', 'always' or '', not {diagnose!r}")
+    if mode:
+        env[DIAGNOSE_ENV] = mode
     env.update(extra_env or {})
     watch = None
     if budget is not None and not budget.empty:

@@ -33,10 +33,13 @@ CANDIDATES = {
     "cache": ".cache() after each map (sound for a deterministic map)",
     "no_eager": "model.run_eagerly = False, tf.config.run_functions_eagerly(False)",
     "threads": "TensorFlow's thread pools sized to the CPUs allowed",
+    "no_jit": "model.jit_compile = False (no XLA)",
 }
 
 
+COMPUTE_FIXES = ("no_eager", "threads", "no_jit")  # change the compute itself: the compute-only limit moves too
 LIMIT_REACHED = 1.15  # a step this close to the compute-only step (ratio) has reached it
+REPEATS = 3  # windows timed in each run: their spread is the noise a gain must stand out of
 CACHE_MAX_RAM_SHARE = 0.25  # the cache trial holds the whole data set in memory
 CACHE_MAX_EPOCH_SECONDS = 120.0  # ... and runs one whole epoch before its window
 
@@ -47,7 +50,10 @@ class Trial:
     what: str
     run_id: str
     step_seconds_median: float | None
+    window_medians: list[float] = field(default_factory=list)  # each repeated window's median step
     speedup: float | None = None  # baseline step / this step
+    gain: bool | None = None  # faster in every window than the baseline in any (outside the spread)
+    changes_compute: bool = False  # a fix of the compute itself (its compute-only limit moves too)
     reaches_limit: bool | None = None  # step within LIMIT_REACHED of the compute-only limit
     caveat: str | None = None  # what the timing cannot tell (e.g. whether caching is sound)
 
@@ -66,15 +72,25 @@ class Trials:
                 "trials": [t.to_dict() for t in self.trials], "not_tried": self.not_tried}
 
 
-def _window(store: Store, run_id: str) -> tuple[float | None, dict, float | None]:
-    """(median window step, fit's config, median compute-only step) of one window run."""
+def _window(store: Store, run_id: str) -> tuple[list[float], dict, float | None]:
+    """(median step of each repeated window, fit's config, median compute-only step) of one run."""
     events = store.events(run_id)
     windows = [e.data for e in events if e.kind == Kind.TRY_WINDOW and e.data.get("step_seconds")]
     config = next((e.data for e in events if e.kind == Kind.FIT_CONFIG), {})
     probe = next((e.data["step_seconds"] for e in events if e.kind == Kind.COMPUTE_PROBE and e.data.get("step_seconds")),
                  None)
-    median = statistics.median(windows[0]["step_seconds"]) if windows else None
-    return median, config, statistics.median(probe) if probe else None
+    steps = windows[0]["step_seconds"] if windows else []
+    size = max(1, len(steps) // REPEATS)
+    medians = [statistics.median(steps[i:i + size]) for i in range(0, size * REPEATS, size) if steps[i:i + size]]
+    return medians, config, statistics.median(probe) if probe else None
+
+
+def outside_spread(windows: list[float], base: list[float]) -> bool | None:
+    """A gain only when the fix's slowest window is faster than the baseline's fastest: the spread of
+    repeated windows is the noise (None: too few windows to tell)."""
+    if len(windows) < 2 or len(base) < 2:
+        return None
+    return max(windows) < min(base)
 
 
 def cache_blocker(config: dict, steps: int, step_seconds: float | None, ram_bytes: int | None) -> str | None:
@@ -112,6 +128,8 @@ def applicable(config: dict, job: dict, cores_allowed: float, steps: int = 20, s
             fixes.append("cache")
     if config.get("run_eagerly") or config.get("functions_run_eagerly"):
         fixes.append("no_eager")
+    if config.get("jit_compile") == "True":
+        fixes.append("no_jit")
     limits = [n for n in (config.get("intra_op_threads"),
                           int((job.get("thread_env") or {}).get("TF_NUM_INTRAOP_THREADS", 0))) if n]
     if limits and min(limits) < cores_allowed:
@@ -119,19 +137,21 @@ def applicable(config: dict, job: dict, cores_allowed: float, steps: int = 20, s
     return fixes, not_tried
 
 
-def try_fixes(command: list[str], store: Store, steps: int = 20,
+def try_fixes(command: list[str], store: Store, steps: int = 10,
               progress: Callable[[str], None] = lambda line: None) -> Trials:
-    window = {WINDOW_ENV: str(steps)}
+    window = {WINDOW_ENV: str(steps * REPEATS)}
     progress("timing the job as it is")
-    base = run(command, store, name="try-fixes: baseline", extra_env=window)
-    base_step, config, limit = _window(store, base.record.run_id)
+    base = run(command, store, name="try-fixes: baseline", extra_env=window, diagnose="")
+    base_windows, config, limit = _window(store, base.record.run_id)
+    base_step = statistics.median(base_windows) if base_windows else None
     if base_step is None:
         raise TensorgaugeError("--try-fixes times the job's first Keras fit, and this job ran none "
-                               f"(or stopped before {steps + 3} steps); see 'tensorgauge show {base.record.run_id}'")
+                               f"(or stopped before {steps * REPEATS + 3} steps); see "
+                               f"'tensorgauge show {base.record.run_id}'")
     record = store.run(base.record.run_id)
     cores = float(record.env.get("host", {}).get("cores_allowed") or 1)
-    trials = [Trial("baseline", "the job as it is", base.record.run_id, base_step, 1.0)]
-    fixes, not_tried = applicable(config, record.env.get("job") or {}, cores, steps, base_step,
+    trials = [Trial("baseline", "the job as it is", base.record.run_id, base_step, base_windows, 1.0)]
+    fixes, not_tried = applicable(config, record.env.get("job") or {}, cores, steps * REPEATS, base_step,
                                   record.env.get("host", {}).get("ram_bytes"))
     for fix in fixes:
         progress(f"timing the job with {fix}" + (" (one epoch fills the cache first)" if fix == "cache" else ""))
@@ -145,9 +165,12 @@ def try_fixes(command: list[str], store: Store, steps: int = 20,
             if config.get("dataset_python_ops"):
                 caveat = ("the map calls Python (numpy_function/py_function), which tensorgauge cannot check for "
                           "randomness: cache it only if it returns the same result for the same element")
-        result = run(command, store, name=f"try-fixes: {fix}", extra_env=env)
-        step, _, _ = _window(store, result.record.run_id)
-        trials.append(Trial(fix, CANDIDATES[fix], result.record.run_id, step, base_step / step if step else None,
-                            step <= LIMIT_REACHED * limit if step and limit else None, caveat))
+        result = run(command, store, name=f"try-fixes: {fix}", extra_env=env, diagnose="")
+        windows, _, _ = _window(store, result.record.run_id)
+        step = statistics.median(windows) if windows else None
+        trials.append(Trial(fix, CANDIDATES[fix], result.record.run_id, step, windows,
+                            base_step / step if step else None, outside_spread(windows, base_windows),
+                            reaches_limit=step <= LIMIT_REACHED * limit if step and limit else None, caveat=caveat,
+                            changes_compute=fix in COMPUTE_FIXES))
     trials[0].reaches_limit = base_step <= LIMIT_REACHED * limit if limit else None
     return Trials(trials, limit, not_tried)

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tensorgauge.analyse.account import account
+from tensorgauge.analyse.input_split import describe as describe_split
 from tensorgauge.analyse.run_report import RunReport
 from tensorgauge.model import Phase, RunRecord, Sample
 from tensorgauge.render.phase_columns import phase_columns
@@ -156,6 +157,9 @@ def render_run(console: Console, report: RunReport) -> None:
                          if gpu.get("job_memory_peak_bytes") is not None else ""))
     if r.budget:
         render_budget(console, r.budget)
+    split = describe_split(report.input_split)
+    if split:
+        console.print(f"  input    {safe(split)}")
     if report.phases:
         console.print()
         console.print(phase_table(report.phases, wall))
@@ -183,9 +187,14 @@ def render_trials(console: Console, result) -> None:
                   title_justify="left", title_style="bold")
     for column in ("fix", "what", "step (median)", "speedup", "at the limit", "run"):
         table.add_column(column, justify="right" if column in ("step (median)", "speedup") else "left")
-    best = max((t for t in trials[1:] if t.speedup), key=lambda t: t.speedup, default=None)
+    # At the compute-only limit, input fixes cannot help; fixes that change the compute itself still may.
+    at_limit = trials[0].reaches_limit is True
+    best = max((t for t in trials[1:] if t.speedup and t.gain is not False
+                and (not at_limit or t.changes_compute)), key=lambda t: t.speedup or 0.0, default=None)
     for trial in trials:
         speedup = f"{trial.speedup:.2f}x" if trial.speedup else "-"
+        if trial.gain is False and trial.speedup:
+            speedup += " (noise)"
         if best is not None and trial is best and (trial.speedup or 0) > 1.05:
             speedup = f"[green]{speedup}[/green]"
         reached = {True: "yes", False: "no", None: "-"}[trial.reaches_limit]
@@ -201,10 +210,18 @@ def render_trials(console: Console, result) -> None:
         console.print("No fix applies without code edits: fit does not get a tf.data.Dataset, runs compiled, "
                       "and TensorFlow may use every CPU allowed.")
         return
-    if best is not None and best.speedup > 1.05:
-        console.print(f"Best: {best.fixes}, {best.speedup:.2f}x faster steps ({safe(best.what)}).")
+    windows = len(trials[0].window_medians)
+    if at_limit and (best is None or (best.speedup or 0.0) <= 1.05):
+        console.print(f"The job already runs at its compute-only limit ({format_seconds(trials[0].step_seconds_median)}"
+                      f" a step against {format_seconds(limit)}): no fix to name; what is left is the model's own "
+                      "compute.")
+    elif best is not None and best.speedup and best.speedup > 1.05:
+        console.print(f"Best: {best.fixes}, {best.speedup:.2f}x faster steps ({safe(best.what)})"
+                      + (f", faster in each of its {windows} windows than the job as it is in any." if best.gain
+                         else "."))
     else:
-        console.print("None of the fixes made steps faster by more than 5%.")
+        console.print("None of the fixes made steps faster by more than 5%"
+                      + (f" outside the spread of {windows} repeated windows." if windows > 1 else "."))
     for trial in trials:
         if trial.caveat:
             console.print(f"Note on {trial.fixes}: {safe(trial.caveat)}.")

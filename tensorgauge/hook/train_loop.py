@@ -1,0 +1,325 @@
+"""Custom training loops, seen without code changes: a ``train loop`` phase with its steps.
+
+A training step is an optimizer update made outside Keras' ``fit``:
+
+- eagerly: ``optimizer.apply`` / ``apply_gradients`` returning (Keras 3, tf_keras);
+- in a ``tf.function``: a function of the job's own code whose trace applied
+  gradients; each call of it is a step.
+
+Steps are timed end to end (from the previous step's end, so the time spent
+in ``next()`` and Python between steps counts, as in the loop's own timing).
+``next()`` on a ``tf.data`` iterator is timed too: the time a step waited for
+its batch. When the steps start reading a new iterator, an epoch begins. A
+model called without gradients between training steps (eagerly, or by a
+function of the job's that calls a model and applies nothing) makes an
+``evaluation`` pass. The phase begins where its first step began and ends at
+its last step (the analysis nests what the job did meanwhile inside it); a
+``loop_input`` event sums the steps and their waits at each epoch's end and at
+exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import statistics
+import sys
+import threading
+import time
+import weakref
+
+from tensorgauge.hook.agent import Agent, _Open, agent
+from tensorgauge.hook.channel import channel, process_cpu_seconds
+from tensorgauge.hook.diagnose import tracing_now
+from tensorgauge.hook.listeners import on_keras, on_tensorflow
+from tensorgauge.hook.protocol import TRAIN_LOOP, Kind
+
+KEPT = 4096  # per-step figures kept for the medians (the latest)
+_KERAS_PHASES = ("fit", "evaluate", "predict")
+
+
+class TrainLoop:
+    """The process's custom training loop, as its steps arrive (one per process; thread-safe)."""
+
+    def __init__(self, clock=time.monotonic, cpu=process_cpu_seconds, phases: Agent | None = None):
+        self.clock, self.cpu = clock, cpu
+        self.agent = phases or agent()
+        self.lock = threading.Lock()
+        self.phase: _Open | None = None
+        self.epoch: _Open | None = None
+        self.evaluation: _Open | None = None
+        self.epochs = 0
+        self.mark: float | None = None  # the last step's end (training or evaluation)
+        self.mark_cpu: float | None = None
+        self.first_next: float | None = None  # the first next() since the mark began at
+        self.waited = 0.0  # seconds in next() since the mark
+        self.iterators = 0  # iterators seen, each numbered
+        self.last_iterator: int | None = None  # the iterator next() was last called on
+        self.train_iterator: int | None = None  # the iterator the training steps read
+        self.eager = False
+        self.steps = self.eval_steps = 0
+        self.step_seconds: list[float] = []
+        self.next_seconds: list[float] = []
+        self.totals = [0.0, 0.0]  # step seconds, next() seconds (the first step left out)
+
+    # -- what the patches report ----------------------------------------------------
+
+    def on_next(self, iterator: object, began: float, seconds: float) -> None:
+        serial = getattr(iterator, "_tensorgauge_serial", None)
+        if serial is None:  # not id(): a new iterator often takes the address of the last one
+            serial = self.iterators = self.iterators + 1
+            try:
+                iterator._tensorgauge_serial = serial  # type: ignore[attr-defined]
+            except AttributeError:
+                serial = id(iterator)
+        self.last_iterator = serial
+        if self.first_next is None:
+            self.first_next = began
+        self.waited += seconds
+
+    def train_step(self, began: float | None, eager: bool) -> None:
+        """An optimizer update ended now (``began``: when the call that made it began, if known)."""
+        with self.lock:
+            now, cpu = self.clock(), self.cpu()
+            new_epoch = self.epoch is None or (self.last_iterator is not None and self.train_iterator is not None
+                                               and self.last_iterator != self.train_iterator)
+            start = self._start(began, fresh=new_epoch or self.evaluation is not None, now=now)
+            if self.phase is None:
+                self.eager = eager
+                top = self.agent.current()  # a phase of the job's own (tensorgauge.phase) holds the loop
+                self.phase = self.agent.open_detached(TRAIN_LOOP, "fit", top.id if top and not top.auto else None,
+                                                      start, self.mark_cpu)
+            if self.evaluation is not None:
+                self._close(self.evaluation, self.mark)
+                self.evaluation = None
+            if new_epoch:
+                if self.epoch is not None:
+                    self._close(self.epoch, self.mark)  # its evaluation pass included, as in fit
+                    self._send()
+                self.epochs += 1
+                self.epoch = self.agent.open_detached(f"epoch {self.epochs}", "epoch", self.phase.id, start,
+                                                      self.mark_cpu)
+            if self.last_iterator is not None:
+                self.train_iterator = self.last_iterator
+            seconds = now - start
+            assert self.epoch is not None
+            self.agent.record_step(self.epoch, seconds, now)
+            if self.steps:
+                self._keep(seconds, min(self.waited, seconds))
+            self.steps += 1
+            self._advance(now, cpu)
+
+    def eval_step(self, began: float | None) -> None:
+        """The model was called without gradients (or a function of the job's that only calls it)."""
+        with self.lock:
+            if self.phase is None:
+                return  # no training loop (yet): predictions, not an evaluation pass
+            now, cpu = self.clock(), self.cpu()
+            start = self._start(began, fresh=self.evaluation is None, now=now)
+            if self.evaluation is None:
+                self.evaluation = self.agent.open_detached("evaluation", "evaluate", self.epoch.id if self.epoch
+                                                        else self.phase.id, start, self.mark_cpu)
+            self.agent.record_step(self.evaluation, now - start, now)
+            self.eval_steps += 1
+            self._advance(now, cpu)
+
+    def close(self) -> None:
+        """At exit: the loop ends at its last step."""
+        with self.lock:
+            if self.phase is None:
+                return
+            for phase in (self.evaluation, self.epoch, self.phase):
+                if phase is not None:
+                    self._close(phase, self.mark)
+            self._send()
+            self.phase = self.epoch = self.evaluation = None
+
+    # -- inside ---------------------------------------------------------------------
+
+    def _start(self, began: float | None, fresh: bool, now: float) -> float:
+        """Where a step that ends now began: at the previous step's end; for the first step of a
+        loop, an epoch or an evaluation pass, at its first next() or its call (what the loop did
+        between is not the step's), whichever came first."""
+        first = min((t for t in (self.first_next, began) if t is not None), default=None)
+        if self.mark is None:
+            return first if first is not None else now
+        return max(self.mark, first) if fresh and first is not None else self.mark
+
+    def _advance(self, now: float, cpu: float) -> None:
+        self.mark, self.mark_cpu = now, cpu
+        self.first_next, self.waited = None, 0.0
+
+    def _keep(self, seconds: float, waited: float) -> None:
+        self.totals[0] += seconds
+        self.totals[1] += waited
+        for kept, value in ((self.step_seconds, seconds), (self.next_seconds, waited)):
+            kept.append(value)
+            if len(kept) > KEPT:
+                del kept[: len(kept) - KEPT]
+
+    def _close(self, phase, at: float | None) -> None:
+        self.agent.close_detached(phase, at if at is not None else self.clock(), self.mark_cpu)
+
+    def _send(self) -> None:
+        channel().emit(Kind.LOOP_INPUT, steps=self.steps, epochs=self.epochs, eager=self.eager,
+                       eval_steps=self.eval_steps,
+                       step_seconds_p50=statistics.median(self.step_seconds) if self.step_seconds else None,
+                       next_seconds_p50=statistics.median(self.next_seconds) if self.next_seconds else None,
+                       step_seconds_total=round(self.totals[0], 6), next_seconds_total=round(self.totals[1], 6))
+
+
+_loop = TrainLoop()
+atexit.register(_loop.close)  # registered after the hook's own exit handler: runs before it
+
+# tf.functions of the job's whose traces applied gradients (train) or called a model without (eval).
+_train_functions: weakref.WeakSet = weakref.WeakSet()
+_model_functions: weakref.WeakSet = weakref.WeakSet()
+_busy = threading.local()  # inside an update, a model call or a timed function call: nested ones are part of it
+
+
+def _nested(what: str) -> bool:
+    return getattr(_busy, what, False)
+
+
+def _in_keras_phase() -> bool:
+    return any(agent().inside(kind) for kind in _KERAS_PHASES)
+
+
+def _user_functions_tracing() -> list[object]:
+    return [key for key, origin in tracing_now() if origin == "user" and key is not None]
+
+
+def _wrap_update(original, executing_eagerly):
+    """``optimizer.apply``/``apply_gradients``: a step when eager; marks the job's functions being traced."""
+    @functools.wraps(original)
+    def update(self, *args, **kwargs):
+        if _nested("update") or _in_keras_phase():
+            return original(self, *args, **kwargs)
+        _busy.update = True
+        try:
+            result = original(self, *args, **kwargs)
+        finally:
+            _busy.update = False
+        try:
+            if executing_eagerly():
+                _loop.train_step(None, eager=True)
+            else:
+                for key in _user_functions_tracing():
+                    _train_functions.add(key)
+        except Exception:
+            pass
+        return result
+
+    return update
+
+
+def _wrap_model_call(original, executing_eagerly, recording):
+    """``Model.__call__`` outside Keras' own loops: an evaluation step when eager and no tape records."""
+    @functools.wraps(original)
+    def call(self, *args, **kwargs):
+        if _nested("model") or _in_keras_phase():
+            return original(self, *args, **kwargs)
+        began = time.monotonic()
+        _busy.model = True
+        try:
+            result = original(self, *args, **kwargs)
+        finally:
+            _busy.model = False
+        try:
+            if executing_eagerly():
+                if _loop.phase is not None and not recording() and kwargs.get("training") is not True:
+                    _loop.eval_step(began)
+            else:
+                for key in _user_functions_tracing():
+                    _model_functions.add(key)
+        except Exception:
+            pass
+        return result
+
+    return call
+
+
+def _wrap_function_call(original):
+    """``tf.function`` calls: those of the job's training (or evaluation) functions are steps."""
+    @functools.wraps(original)
+    def call(self, *args, **kwargs):
+        if _nested("call"):
+            return original(self, *args, **kwargs)
+        began = time.monotonic()
+        _busy.call = True
+        try:
+            result = original(self, *args, **kwargs)
+        finally:
+            _busy.call = False
+        try:
+            key = getattr(self, "_function_captures", None)
+            if key is not None and not _in_keras_phase():
+                if key in _train_functions:
+                    _loop.train_step(began, eager=False)
+                elif key in _model_functions and _loop.phase is not None:
+                    _loop.eval_step(began)
+        except Exception:
+            pass
+        return result
+
+    return call
+
+
+def _wrap_next(original):
+    @functools.wraps(original)
+    def next_(self):
+        began = time.monotonic()
+        try:
+            return original(self)
+        finally:
+            if not _in_keras_phase():
+                _loop.on_next(self, began, time.monotonic() - began)
+
+    return next_
+
+
+def _patch(owner, name: str, wrap, original=None) -> None:
+    """``owner.name = wrap(original)``, once (a wrapper is marked with what it wraps)."""
+    original = original if original is not None else owner.__dict__[name]
+    if getattr(original, "__tensorgauge_wrapped__", None) is None:
+        wrapper = wrap(original)
+        wrapper.__tensorgauge_wrapped__ = original
+        setattr(owner, name, wrapper)
+
+
+def _patch_defining(klass, name: str, wrap) -> None:
+    """Wrap ``name`` on the class of ``klass``'s MRO that defines it."""
+    owner = next((o for o in klass.__mro__ if name in o.__dict__), None)
+    if owner is not None:
+        _patch(owner, name, wrap)
+
+
+@on_tensorflow
+def _patch_tensorflow(tf) -> None:
+    iterators = sys.modules.get("tensorflow.python.data.ops.iterator_ops")
+    functions = sys.modules.get("tensorflow.python.eager.polymorphic_function.polymorphic_function")
+    if iterators is not None:
+        _patch_defining(iterators.OwnedIterator, "__next__", _wrap_next)
+    if functions is not None:
+        _patch_defining(functions.Function, "__call__", _wrap_function_call)
+
+
+@on_keras
+def _patch_keras(keras) -> None:
+    tf = sys.modules.get("tensorflow")
+    if tf is None:
+        return  # the JAX and PyTorch backends: not yet
+    from tensorflow.python.eager import record
+
+    optimizers = getattr(keras, "optimizers", None)
+    base = getattr(optimizers, "Optimizer", None)
+    if base is not None:
+        for name in ("apply", "apply_gradients"):
+            _patch_defining(base, name, lambda fn: _wrap_update(fn, tf.executing_eagerly))
+    legacy = getattr(getattr(optimizers, "legacy", None), "Optimizer", None)
+    if legacy is not None:
+        _patch_defining(legacy, "apply_gradients", lambda fn: _wrap_update(fn, tf.executing_eagerly))
+    model = getattr(keras, "Model", None)
+    if model is not None:  # set on Model itself: Layer.__call__ runs for every layer
+        _patch(model, "__call__", lambda fn: _wrap_model_call(fn, tf.executing_eagerly, record.could_possibly_record),
+               original=model.__call__)

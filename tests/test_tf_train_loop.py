@@ -1,0 +1,66 @@
+"""Real custom training loops (GradientTape + apply_gradients), recorded with no code changes:
+a train-loop phase whose steps are the optimizer updates, timed like the loop times itself, with
+its input wait against an independent A/B measurement."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import needs_tf
+
+from tensorgauge.analyse.run_report import RunReport
+from tensorgauge.store import Store
+
+pytestmark = [needs_tf, pytest.mark.tf]
+JOB = str(Path(__file__).parent / "jobs" / "custom_loop.py")
+
+
+def record(tg_cmd, store_path, *args) -> tuple[RunReport, dict]:
+    result = subprocess.run([*tg_cmd, "run", "-q", "--", sys.executable, JOB, *args], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    own = json.loads(result.stdout.strip().splitlines()[-1])
+    return RunReport.load(Store.open(store_path), "last"), own
+
+
+def children(report, parent, kind):
+    index = report.phases.index(parent)
+    return [p for p in report.phases if p.parent == index and p.kind == kind]
+
+
+def test_a_tf_function_loop_that_waits_for_input(tg_cmd, store_path):
+    report, own = record(tg_cmd, store_path, "--slow-input")
+    loop = next(p for p in report.phases if p.name == "train loop")
+    assert loop.kind == "fit" and loop.steps == own["updates"] == 120
+    assert loop.step_seconds_p50 == pytest.approx(own["step_seconds_p50"], rel=0.15)
+    epochs = children(report, loop, "epoch")
+    assert [p.name for p in epochs] == ["epoch 1", "epoch 2", "epoch 3"] and [p.steps for p in epochs] == [40] * 3
+    # test_step (a tf.function calling the model without gradients) after each epoch's training.
+    assert [len(children(report, epoch, "evaluate")) for epoch in epochs] == [1, 1, 1]
+    # The wait in next() against an independent A/B: the same loop on one cached batch, without the tool.
+    ab = json.loads(subprocess.run([sys.executable, JOB, "--slow-input", "--ab", "--epochs", "1"], capture_output=True,
+                                   text=True, check=True).stdout.strip().splitlines()[-1])
+    split = report.input_split
+    assert split["measured_by"] == "next() on the loop's iterator"
+    assert split["input_wait_seconds"] == pytest.approx(ab["input_wait_seconds"], rel=0.15)
+    found = {f.id: f for f in report.findings}
+    assert found["input_bound"].severity == "high" and "next()" in found["input_bound"].fix
+    assert "eager_execution" not in found
+
+
+def test_an_eager_loop_with_keras_evaluate_each_epoch(tg_cmd, store_path):
+    report, own = record(tg_cmd, store_path, "--eager", "--keras-evaluate", "--epochs", "2")
+    loop = next(p for p in report.phases if p.name == "train loop")
+    assert loop.steps == own["updates"] == 80
+    assert loop.step_seconds_p50 == pytest.approx(own["step_seconds_p50"], rel=0.15)
+    # model.evaluate after each epoch: the first nested in the loop; the last comes after its last
+    # step, where a final test would be, and stays beside it.
+    assert len(children(report, loop, "evaluate")) == 1
+    assert [p.parent for p in report.phases if p.kind == "evaluate" and p.start > loop.end] == [None]
+    found = {f.id: f for f in report.findings}
+    assert "eager_execution" in found and "input_bound" not in found
+    assert report.input_split["input_share"] < 0.2
+    text = " ".join(line for line in __import__("tensorgauge.analyse.account", fromlist=["account"]).account(
+        report.phases, report.summary, report.record.wall_seconds, 2.0, report.events))
+    assert "the job's own train loop" in text
