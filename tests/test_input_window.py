@@ -26,6 +26,7 @@ def test_the_compute_probe_gets_what_the_window_left():
     assert probe_plan(0.003, 0.4) == (32, None)
     steps, _ = probe_plan(0.05, 0.4)
     assert steps == 8
+    assert probe_plan(0.086, 0.4)[0] == 0  # 4 steps and the warm-up one do not fit
     steps, why = probe_plan(0.131, 0.3)
     assert steps == 0 and "compute-only steps" in why
 

@@ -10,7 +10,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 450
+STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 660
 rng = np.random.default_rng(0)
 x = rng.random((32 * 50, 96, 96, 3), dtype=np.float32)
 y = rng.integers(0, 5, (32 * 50,))

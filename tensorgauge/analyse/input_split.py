@@ -57,11 +57,14 @@ def input_split(events: list[Event], phases: list[Phase]) -> dict | None:
 
 
 def _loop_split(loop: dict) -> dict:
-    """A custom training loop's input wait, timed in its ``next()`` calls."""
-    step, wait = loop.get("step_seconds_p50"), loop.get("next_seconds_p50")
+    """A custom training loop's input wait, timed in its ``next()`` calls: per step over all its
+    steps (the first, which traces, left out), as ``input_bound`` reads it."""
+    counted = max(1, (loop.get("steps") or 1) - 1)
+    total, waited = loop.get("step_seconds_total") or 0.0, loop.get("next_seconds_total") or 0.0
+    step, wait = round(total / counted, 7), round(waited / counted, 7)
     return {"measured": True, "measured_by": "next() on the loop's iterator", "steps": loop.get("steps"),
             "step_seconds": step, "input_wait_seconds": wait,
-            "input_share": round(min(wait, step) / step, 4) if step and wait is not None else None,
+            "input_share": round(min(waited, total) / total, 4) if total else None,
             "input_work_seconds": None, "compute_only_step_seconds": None, "compute_probe": None,
             "cost_seconds": 0.0, "allowance_seconds": None}
 

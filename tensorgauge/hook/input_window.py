@@ -72,7 +72,7 @@ def window_plan(step_seconds: float, fit_seconds: float | None) -> tuple[int, st
 def probe_plan(step_seconds: float, left_seconds: float) -> tuple[int, str | None]:
     """(compute-only steps to time, why none) with ``left_seconds`` of the allowance left."""
     steps = min(PROBE_STEPS, int(left_seconds / max(step_seconds, 1e-6)))
-    if steps < PROBE_MIN_STEPS:
+    if steps < PROBE_MIN_STEPS + PROBE_WARMUP:
         return 0, (f"{PROBE_MIN_STEPS} compute-only steps of up to {step_seconds * 1000:.0f} ms would exceed the "
                    f"{max(left_seconds, 0.0):.2f} s left of the diagnosis' allowance in this fit; tensorgauge run "
                    "--diagnose times them anyway")
@@ -157,7 +157,8 @@ def _time_steps(tf, function, batch, steps: int, seconds: float | None, began: f
         logs = function(iterator)
         tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, logs)  # wait for it
         times.append(time.monotonic() - start)
-        if seconds is not None and len(times) >= PROBE_MIN_STEPS and time.monotonic() - began >= seconds:
+        # Stop before a step that would end past ``seconds``.
+        if seconds is not None and len(times) >= PROBE_MIN_STEPS and time.monotonic() - began + times[-1] > seconds:
             break
     return times
 
