@@ -457,16 +457,17 @@ def xla_on_cpu(config: dict | None, probe: dict | None, fit: Phase | None, gpus:
     fix = ("On a CPU, compile without XLA: model.compile(..., jit_compile=False) (or leave it at 'auto', which "
            "turns XLA on only where a GPU is).")
     if xla and plain:
-        ratio = statistics.median(xla) / statistics.median(plain)
-        evidence.update(xla_step_seconds=round(statistics.median(xla), 6),
-                        plain_step_seconds=round(statistics.median(plain), 6), measured_ratio=round(ratio, 2),
+        xla_step, plain_step = statistics.median(xla), statistics.median(plain)
+        ratio = xla_step / plain_step
+        evidence.update(xla_step_seconds=round(xla_step, 6), plain_step_seconds=round(plain_step, 6),
+                        measured_ratio=round(ratio, 2),
                         plain_trace_seconds=round(probe.get("plain_trace_seconds") or 0.0, 3) if probe else None)
         if ratio < XLA_MODERATE:
             return None
         return Finding(
             id="xla_on_cpu", severity="high" if ratio >= XLA_HIGH else "moderate",
             title=f"fit compiles with XLA on a CPU, and its steps are {ratio:.1f}x slower than without "
-                  f"({_ms(statistics.median(xla))} against {_ms(statistics.median(plain))}, measured)",
+                  f"({_ms(xla_step)} against {_ms(plain_step)}, measured)",
             evidence=evidence, fix=fix,
             expected_gain=f"{ratio:.1f}x faster steps (the same step built without XLA, timed in the job)")
     why = (probe or {}).get("skipped") or (probe or {}).get("error")

@@ -40,6 +40,12 @@ def mode() -> str:
     return "always" if value in ("1", "always") else "auto" if value == "auto" else ""
 
 
+def fit_epochs(args: list, kwargs: dict) -> int | None:
+    """The ``epochs`` fit was given (positional or keyword; 1 by default), None when not an int."""
+    epochs = kwargs.get("epochs", args[3] if len(args) > 3 else 1)
+    return epochs if isinstance(epochs, int) and not isinstance(epochs, bool) else None
+
+
 def send_fit_config(model, args: list, kwargs: dict) -> None:
     """What fit was asked to do, as far as it bears on speed."""
     try:
@@ -50,7 +56,6 @@ def send_fit_config(model, args: list, kwargs: dict) -> None:
         if is_dataset and batch_size is None:
             batch_size = _dataset_batch_size(x)
         threading = tf.config.threading if tf else None
-        epochs = kwargs.get("epochs", args[3] if len(args) > 3 else 1)
         channel().emit(Kind.FIT_CONFIG, run_eagerly=bool(getattr(model, "run_eagerly", False)),
                        intra_op_threads=threading.get_intra_op_parallelism_threads() if threading else None,
                        inter_op_threads=threading.get_inter_op_parallelism_threads() if threading else None,
@@ -58,7 +63,7 @@ def send_fit_config(model, args: list, kwargs: dict) -> None:
                        jit_compile=str(getattr(model, "jit_compile", None)),
                        steps_per_execution=_plain_int(getattr(model, "steps_per_execution", 1)),
                        batch_size=int(batch_size) if batch_size else (None if is_dataset else 32),
-                       epochs=int(epochs) if isinstance(epochs, int) else None,
+                       epochs=fit_epochs(args, kwargs),
                        dataset=is_dataset,
                        **(_dataset_facts(x, batch_size) if is_dataset and _inspect_dataset(tf, model) else {}))
     except Exception:

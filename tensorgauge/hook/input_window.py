@@ -35,7 +35,7 @@ import tempfile
 import time
 
 from tensorgauge.hook.channel import channel
-from tensorgauge.hook.diagnose import PYTHON_OPS, _batch_stage_size, _pipeline_ops, mode
+from tensorgauge.hook.diagnose import PYTHON_OPS, _batch_stage_size, _pipeline_ops, fit_epochs, mode
 from tensorgauge.hook.listeners import FitCall, FitListener, on_fit
 from tensorgauge.hook.protocol import WINDOW_START, Kind
 
@@ -362,7 +362,7 @@ class _InputWindow(FitListener):
     def __init__(self, call: FitCall, unbounded: bool):
         self.call, self.unbounded = call, unbounded
         self.began = time.monotonic()
-        self.epochs = call.kwargs.get("epochs", call.args[3] if len(call.args) > 3 else 1)
+        self.epochs = fit_epochs(call.args, call.kwargs) or 1
         self.steps_per_epoch = _planned_steps(call)
         self.starts: list[float] = []  # the first step begins (up to KEPT_STARTS), for the median step
         self.seen = 0  # steps before the window
@@ -395,8 +395,7 @@ class _InputWindow(FitListener):
         per_epoch = self.steps_per_epoch or (self.first_epoch_steps if epoch > 0 else None)
         if per_epoch is None:
             return None
-        epochs = self.epochs if isinstance(self.epochs, int) else 1
-        return (now - self.began) + step * max(0, epochs * per_epoch - self.seen)
+        return (now - self.began) + step * max(0, self.epochs * per_epoch - self.seen)
 
     def _decide(self, model, epoch: int, now: float) -> None:
         if _under_strategy(model) and not self.unbounded:
