@@ -46,6 +46,23 @@ def test_input_bound_severity_fix_and_saturation():
     assert input_bound(None, fit(), 2.0) is None and input_bound({"error": "x"}, fit(), 2.0) is None
 
 
+def test_input_work_competing_for_the_cores_counts_only_when_the_input_threads_explain_it():
+    # 10 ms steps, 0.2 ms wait, 6 ms compute-only by the probe (the train function takes the whole step).
+    window = {"step_seconds": [0.010] * 10, "get_next_seconds": [0.0002] * 10, "function_seconds": [0.010] * 10}
+    probe = {"step_seconds": [0.006] * 8}
+    busy = input_bound({**window, "input_thread_seconds": 0.15}, fit(cores=1.9), 2.0, probe)
+    assert busy.severity == "high" and busy.evidence["input_competes_seconds_per_step"] == 0.0038
+    assert busy.evidence["input_share"] == 0.4 and busy.evidence["input_threads_busy_seconds_per_step"] == 0.015
+    assert "competing for the cores" in busy.title and "waits" not in busy.title
+    assert "cannot help" in busy.fix
+    # The same loss with tf.data's threads nearly idle: not the input's doing (noise, another process).
+    assert input_bound({**window, "input_thread_seconds": 0.005}, fit(cores=1.9), 2.0, probe) is None
+    # Without a compute-only probe there is no limit to compare with.
+    assert input_bound({**window, "input_thread_seconds": 0.15}, fit(cores=1.9), 2.0, None) is None
+    # A step within 5% of its limit loses nothing worth a finding, however busy the threads.
+    assert input_bound({**window, "input_thread_seconds": 0.15}, fit(), 2.0, {"step_seconds": [0.0097] * 8}) is None
+
+
 def test_input_bound_cache_advice_follows_the_pipelines_functions():
     probe = {"step_seconds": [0.1] * 10, "get_next_seconds": [0.08] * 10}
 

@@ -84,6 +84,21 @@ def test_compute_probe_runs_on_the_shapes_of_real_batches(store_path, tg_cmd, tm
     assert "stalls" not in {f.id for f in report.findings}  # the profiler's own stop is not a stall
 
 
+def test_a_prefetched_map_taking_the_cores_counts_as_input_bound_in_a_plain_run(store_path, tg_cmd, tmp_path):
+    """No wait in IteratorGetNext, yet the map's threads slow every step: the loss against the
+    compute-only limit is counted, and it agrees with the job's own A/B (one cached batch)."""
+    truth_path = tmp_path / "truth.json"
+    found = run_job(tg_cmd, store_path, str(JOBS / "input_competes.py"), str(truth_path))
+    truth = json.loads(truth_path.read_text())
+    lost = 1 - truth["compute_only_step_seconds"] / truth["step_seconds"]
+    assert lost > 0.15, truth  # the job's premise: its map costs the step
+    evidence = found["input_bound"].evidence
+    assert evidence["input_wait_seconds_per_step"] < 0.2 * evidence["step_seconds"]
+    measured = evidence["input_competes_seconds_per_step"] / truth["step_seconds"]
+    assert 0.5 < measured / lost < 2.0, (evidence, truth)
+    assert "competing for the cores" in found["input_bound"].title
+
+
 def test_xla_on_a_cpu_is_timed_against_the_same_step_without_it(store_path, tg_cmd):
     result = subprocess.run([*tg_cmd, "run", "-q", "--diagnose", "--", sys.executable, str(JOBS / "xla_on_cpu.py")],
                             capture_output=True, text=True)

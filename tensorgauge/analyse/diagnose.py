@@ -58,41 +58,62 @@ def _cache_advice(config: dict | None) -> str:
 def input_bound(probe: dict | None, fit: Phase | None, allowed: float,
                 compute_probe: dict | None = None, config: dict | None = None) -> Finding | None:
     """From the profiler window; the compute-only limit from the compute probe when there is one
-    (compute right after an input wait runs slower than back to back, so step - wait overstates it)."""
-    if not probe or not probe.get("step_seconds") or not probe.get("get_next_seconds"):
+    (compute right after an input wait runs slower than back to back, so step - wait overstates it).
+
+    Input costs a step in two ways: the wait in ``IteratorGetNext``, and compute slowed by the
+    pipeline's own threads (a prefetched map) taking the cores. The second counts when the step's
+    compute runs past the probe's limit by at least :data:`INPUT_MODERATE` of the step and tf.data's
+    threads were busy at least that long each step (their work can explain the loss)."""
+    if not probe or not probe.get("step_seconds") or probe.get("get_next_seconds") is None:
         return None
-    step = statistics.median(probe["step_seconds"])
-    wait = min(statistics.median(probe["get_next_seconds"]), step)
-    share = wait / step if step > 0 else 0.0
-    if share < INPUT_MODERATE:
-        return None
+    steps = probe["step_seconds"]
+    step = statistics.median(steps)
+    waits = probe["get_next_seconds"]
+    wait = min(statistics.median(waits), step) if waits else 0.0
     measured = (compute_probe or {}).get("step_seconds")
     functions = probe.get("function_seconds") or []
     # Keras' Python loop around the train function is part of every step, input or not.
     loop = max(0.0, step - statistics.median(functions)) if functions else 0.0
     compute = statistics.median(measured) + loop if measured else step - wait
+    threads = (probe.get("input_thread_seconds") or 0.0) / len(steps)
+    # The profiler slows the window's steps: the loss is read from the fit's own median step.
+    unprofiled = min(step, fit.step_seconds_p50) if fit and fit.step_seconds_p50 else step
+    slowed = max(0.0, unprofiled - wait - compute)
+    competes = slowed if measured and threads >= slowed and slowed >= INPUT_MODERATE * unprofiled else 0.0
+    share = wait / step + competes / unprofiled if step > 0 else 0.0
+    if share < INPUT_MODERATE or step <= 0:
+        return None
     busy = fit.cores_busy_mean if fit else 0.0
     saturated = busy >= SATURATED * allowed
     evidence = {"input_share": round(share, 3), "input_wait_seconds_per_step": round(wait, 6),
+                "input_competes_seconds_per_step": round(competes, 6),
+                "input_threads_busy_seconds_per_step": round(threads, 6),
                 "step_seconds": round(step, 6), "compute_only_step_seconds": round(compute, 6),
                 "compute_in_job_seconds": round(step - wait, 6), "compute_probe_steps": len(measured or []),
                 "keras_loop_seconds_per_step": round(loop, 6),
                 "cores_busy_mean": round(busy, 2), "cores_allowed": allowed,
-                "window_steps": len(probe["step_seconds"])}
-    if saturated:
+                "window_steps": len(steps)}
+    if saturated or competes > wait:
         fix = ("The input pipeline already keeps the cores busy, so more parallelism (num_parallel_calls, "
                "prefetch) cannot help. Do less work per element: .cache() after a deterministic map so it runs "
                "once, preprocess once offline and store the result, or vectorise (batch before map).")
-        gain = (f"little from parallelism: the cores are saturated ({busy:.2f} of {allowed:g}); the limit is "
-                f"{_ms(compute)} a step if the input work is removed")
+        gain = (f"little from parallelism: {'the cores are saturated' if saturated else 'the pipeline competes with the step for them'} "
+                f"({busy:.2f} of {allowed:g} busy); the limit is {_ms(compute)} a step if the input work is removed")
     else:
         fix = ("Parallelise and overlap the input pipeline: .map(f, num_parallel_calls=tf.data.AUTOTUNE) and "
                "end it with .prefetch(tf.data.AUTOTUNE); if the map is deterministic, .cache() after it.")
         gain = (f"up to {step / max(compute, 1e-9):.1f}x faster steps ({_ms(step)} -> {_ms(compute)}, "
                 f"the compute-only limit)")
     fix += _cache_advice(config)
+    parts = []
+    if wait >= INPUT_MODERATE * step or not competes:
+        parts.append(f"waits for input {wait / step:.0%} of each step ({_ms(wait)} of {_ms(step)})")
+    if competes:
+        parts.append(f"loses {competes / unprofiled:.0%} of each step ({_ms(competes)} of {_ms(unprofiled)}) to input work "
+                     f"competing for the cores (tf.data's threads busy {_ms(threads)} a step; the step alone "
+                     f"takes {_ms(compute)})")
     return Finding(id="input_bound", severity="high" if share >= INPUT_HIGH else "moderate",
-                   title=f"Training waits for input {share:.0%} of each step ({_ms(wait)} of {_ms(step)})",
+                   title="Training " + " and ".join(parts),
                    evidence=evidence, fix=fix, expected_gain=gain)
 
 

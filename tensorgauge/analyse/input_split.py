@@ -22,6 +22,12 @@ def _first(events: list[Event], kind: str) -> dict | None:
     return next((e.data for e in events if e.kind == kind), None)
 
 
+def _per_step(window: dict, key: str) -> float | None:
+    """A window total per profiled step."""
+    total, steps = window.get(key), len(window.get("step_seconds") or [])
+    return round(total / steps, 7) if total is not None and steps else None
+
+
 def input_split(events: list[Event], phases: list[Phase]) -> dict | None:
     """``{"measured": bool, ...}`` for the run's training, or None when it did not train."""
     fit = main_fit(phases)
@@ -43,6 +49,7 @@ def input_split(events: list[Event], phases: list[Phase]) -> dict | None:
                    "step_seconds": step, "input_wait_seconds": wait,
                    "input_share": round(min(wait, step) / step, 4) if step and wait is not None else None,
                    "input_work_seconds": window.get("input_work_seconds"),
+                   "input_threads_busy_seconds": _per_step(window, "input_thread_seconds"),
                    "compute_only_step_seconds": None, "compute_probe": None,
                    "cost_seconds": round((window.get("start_seconds") or 0.0) + (window.get("stop_seconds") or 0.0), 4),
                    "allowance_seconds": window.get("allowance_seconds")}
@@ -65,8 +72,8 @@ def _loop_split(loop: dict) -> dict:
     return {"measured": True, "measured_by": "next() on the loop's iterator", "steps": loop.get("steps"),
             "step_seconds": step, "input_wait_seconds": wait,
             "input_share": round(min(waited, total) / total, 4) if total else None,
-            "input_work_seconds": None, "compute_only_step_seconds": None, "compute_probe": None,
-            "cost_seconds": 0.0, "allowance_seconds": None}
+            "input_work_seconds": None, "input_threads_busy_seconds": None, "compute_only_step_seconds": None,
+            "compute_probe": None, "cost_seconds": 0.0, "allowance_seconds": None}
 
 
 def describe(split: dict | None) -> str | None:
@@ -84,6 +91,8 @@ def describe(split: dict | None) -> str | None:
         text += f"; compute-only {split['compute_only_step_seconds'] * 1000:.1f} ms a step"
     elif split.get("compute_probe"):
         text += f"; compute-only probe {split['compute_probe']}"
+    if split.get("input_threads_busy_seconds"):
+        text += f"; tf.data threads busy {split['input_threads_busy_seconds'] * 1000:.1f} ms a step"
     if split.get("cost_seconds"):
         text += f"; cost {split['cost_seconds']:.2f} s"
     return text

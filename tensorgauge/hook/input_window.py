@@ -48,6 +48,7 @@ COST_SHARE, COST_FLOOR_SECONDS = 0.01, 0.5
 WINDOW_FIXED_SECONDS, WINDOW_SLOWDOWN = 0.15, 0.1
 _GET_NEXT = "IteratorGetNextOp::DoCompute"
 _COLLECTIVES = ("CollectiveReduce", "CollectiveGather", "CollectiveAllToAll", "NcclAllReduce", "AllReduce")
+_INPUT_THREADS = ("tf_data_private_threadpool", "tf_data_iterator_resource")  # not get_next: that is the wait
 _PROFILER_LOG = (b"profiler_session.cc:", b"save_profile.cc:", b"profiler_client.cc:", b"xplane_to_")
 
 
@@ -227,6 +228,17 @@ def xla_probe(model, fit_input, steps: int = PROBE_STEPS // 2) -> None:
         channel().emit(Kind.XLA_PROBE, error=f"{type(exc).__name__}: {exc}")
 
 
+def _busy_seconds(events) -> float:
+    """The time a thread's line was busy: the union of its events (nested ones counted once)."""
+    busy, end = 0, -1
+    for event in sorted(events, key=lambda e: e.offset_ps):
+        stop = event.offset_ps + event.duration_ps
+        if stop > end:
+            busy += stop - max(event.offset_ps, end)
+            end = stop
+    return busy / 1e12
+
+
 class ProfilerWindow:
     """Profiles ``steps`` training steps (see the module doc)."""
 
@@ -292,7 +304,9 @@ class ProfilerWindow:
         (Keras names it ``*_on_iterator``; the rest of a step is Keras' Python loop);
         the durations of the window's host<->GPU copies (``Memcpy*`` on a GPU plane); and
         window totals: ``collective_seconds`` (all-reduce ops: time a worker waits for the
-        others) and ``input_work_seconds`` (tf.data's root iterator producing elements)."""
+        others), ``input_work_seconds`` (tf.data's root iterator producing elements) and
+        ``input_thread_seconds`` (the time tf.data's own threads were busy: its maps and
+        prefetching, which compete with the train step for the cores)."""
         from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
         paths = glob.glob(os.path.join(self.logdir or "", "**", "*.xplane.pb"), recursive=True)
@@ -302,11 +316,13 @@ class ProfilerWindow:
         waits: list[tuple[int, float]] = []
         functions: list[tuple[int, float]] = []
         copies: list[float] = []
-        totals = {"collective_seconds": 0.0, "input_work_seconds": 0.0}
+        totals = {"collective_seconds": 0.0, "input_work_seconds": 0.0, "input_thread_seconds": 0.0}
         for plane in space.planes:
             names = {key: meta.name for key, meta in plane.event_metadata.items()}
             gpu = plane.name.startswith("/device:GPU:")
             for line in plane.lines:
+                if line.name.startswith(_INPUT_THREADS):
+                    totals["input_thread_seconds"] += _busy_seconds(line.events)
                 for event in line.events:
                     name = names.get(event.metadata_id, "")
                     op_type = name.rsplit(":", 1)[-1]

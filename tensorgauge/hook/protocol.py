@@ -55,6 +55,7 @@ class Kind:
     PREDICT_PROBE = "predict_probe"
     MODELS_BUILT = "models_built"
     XLA_PROBE = "xla_probe"  # fit's XLA-compiled step against the same step without XLA, on a CPU
+    EAGER_PROBE = "eager_probe"  # a custom loop's model, forward and backward, eager against in a tf.function
     LOOP_INPUT = "loop_input"  # a custom training loop's steps and the time its next() calls waited
     STEP_DIGEST = "step_digest"  # written by the monitor: a phase's steps, compactly (tensorgauge.steps)
 
@@ -146,6 +147,7 @@ class InputProbe(Common, total=False):
     copy_seconds: float
     collective_seconds: float
     input_work_seconds: float
+    input_thread_seconds: float  # tf.data's own threads busy (maps, prefetching), summed over threads
     start_seconds: float
     stop_seconds: float
     allowance_seconds: float | None  # what the diagnosis may cost in this fit (None: unbounded, --diagnose)
@@ -159,6 +161,15 @@ class ComputeProbe(Common, total=False):
     shapes: list[list[int]]  # of the probe's batch, each tensor's (-1: unknown)
     source: str  # where those shapes come from: "a real batch", or zeros shaped by the spec or arrays
     skipped: str  # why no compute-only steps were timed (the cost bound)
+    error: str
+
+
+class EagerProbe(Common, total=False):
+    eager_step_seconds: list[float]  # the model's forward and gradients on one of the loop's batches, eagerly
+    graph_step_seconds: list[float]  # the same in a tf.function
+    trace_seconds: float  # that function's first call (its trace)
+    total_seconds: float
+    skipped: str
     error: str
 
 
@@ -250,4 +261,5 @@ PAYLOADS: dict[str, type] = {
     Kind.BUDGET_GPU_MEMORY: BudgetGpuMemory, Kind.BENCH_RESULT: BenchResult, Kind.STEP_DIGEST: StepDigest,
     Kind.PREDICT_PROBE: PredictProbe, Kind.MODELS_BUILT: ModelsBuilt, Kind.LOOP_INPUT: LoopInput,
     Kind.XLA_PROBE: XlaProbe,
+    Kind.EAGER_PROBE: EagerProbe,
 }
