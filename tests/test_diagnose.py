@@ -274,3 +274,28 @@ def test_xla_on_cpu_needs_jit_compile_and_no_gpu_and_a_slower_step():
     unmeasured = xla_on_cpu(config, {"skipped": "needs a second trace"}, fit, gpus=0)
     assert unmeasured.severity == "low" and "--try-fixes" in unmeasured.fix
     assert unmeasured.evidence["not_measured"] == "needs a second trace"
+
+
+def test_eager_loop_gain_from_the_probe_and_the_loops_wait():
+    def loop_finding(*extra):
+        events = [Event(t=1.0, pid=1, kind="eager_gradients", data={"count": 32, "seconds": 1.0}), *extra]
+        loop = Phase(name="train loop", kind="fit", start=0.0, end=2.0, step_seconds_p50=0.022)
+        return eager_execution(None, loop, events)
+
+    assert "not measured here: too short" in loop_finding(Event(t=2.0, pid=1, kind="eager_probe",
+                                                               data={"skipped": "too short"})).expected_gain
+    probe = Event(t=2.0, pid=1, kind="eager_probe", data={"eager_step_seconds": [0.02] * 5, "graph_step_seconds": [0.002] * 5,
+                                                   "trace_seconds": 0.3})
+    waits = Event(t=3.0, pid=1, kind="loop_input", data={"steps": 41, "next_seconds_total": 0.08})  # 2 ms a step
+    finding = loop_finding(probe, waits)
+    # (22 ms - 2 ms wait) x 0.1 + 2 ms: the wait in next() does not compile away.
+    assert finding.evidence["expected_step_seconds"] == 0.004 and "10.0x" in finding.expected_gain
+    assert "22.0 ms to about 4.0 ms (5.5x)" in finding.expected_gain
+
+
+def test_eager_probe_is_due_after_its_steps_and_by_default_only_in_a_long_loop():
+    from tensorgauge.hook.eager_probe import AUTO_AFTER_SECONDS, PROBE_AT, due
+
+    assert not due(PROBE_AT - 1, 1e6, "always") and due(PROBE_AT, 1.0, "always")
+    assert not due(PROBE_AT, AUTO_AFTER_SECONDS - 1, "auto") and due(PROBE_AT, AUTO_AFTER_SECONDS, "auto")
+    assert not due(10**6, 1e6, "")

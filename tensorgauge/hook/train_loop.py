@@ -28,9 +28,10 @@ import threading
 import time
 import weakref
 
+from tensorgauge.hook import eager_probe
 from tensorgauge.hook.agent import Agent, _Open, agent
 from tensorgauge.hook.channel import channel, process_cpu_seconds
-from tensorgauge.hook.diagnose import tracing_now
+from tensorgauge.hook.diagnose import mode, tracing_now
 from tensorgauge.hook.listeners import on_keras, on_tensorflow
 from tensorgauge.hook.protocol import TRAIN_LOOP, Kind
 
@@ -61,6 +62,10 @@ class TrainLoop:
         self.step_seconds: list[float] = []
         self.next_seconds: list[float] = []
         self.totals = [0.0, 0.0]  # step seconds, next() seconds (the first step left out)
+        self.began: float | None = None  # the loop's first step's start
+        self.taped: tuple | None = None  # (weakref to the model, args, kwargs) of the last call under a tape
+        self.optimizer: weakref.ref | None = None  # of the last eager update
+        self.probed = False  # the eager probe ran (or was skipped for good)
 
     # -- what the patches report ----------------------------------------------------
 
@@ -89,6 +94,7 @@ class TrainLoop:
                 top = self.agent.current()  # a phase of the job's own (tensorgauge.phase) holds the loop
                 self.phase = self.agent.open_detached(TRAIN_LOOP, "fit", top.id if top and not top.auto else None,
                                                       start, self.mark_cpu)
+                self.began = start
             if self.evaluation is not None:
                 self._close(self.evaluation, self.mark)
                 self.evaluation = None
@@ -123,11 +129,33 @@ class TrainLoop:
             self.eval_steps += 1
             self._advance(now, cpu)
 
+    def after_eager_step(self) -> None:
+        """Time what tf.function would gain the loop (:mod:`.eager_probe`) once it is due; the next
+        step starts after the probe, so no step carries its cost."""
+        if self.probed or self.taped is None or self.mark is None or self.began is None:
+            return
+        if not eager_probe.due(self.steps, self.mark - self.began, mode()):
+            return
+        self.probed = True
+        model = self.taped[0]()
+        if model is None:
+            return
+        _busy.model = _busy.update = True  # its own model calls and updates are not the loop's
+        try:
+            eager_probe.probe(model, self.optimizer() if self.optimizer else None, self.taped[1], self.taped[2])
+        finally:
+            _busy.model = _busy.update = False
+            with self.lock:
+                self._advance(self.clock(), self.cpu())
+
     def close(self) -> None:
         """At exit: the loop ends at its last step."""
         with self.lock:
             if self.phase is None:
                 return
+            if self.eager and not self.probed and self.steps >= eager_probe.PROBE_AT:
+                self.probed = True
+                channel().emit(Kind.EAGER_PROBE, skipped=eager_probe.skip_reason(mode()))
             for phase in (self.evaluation, self.epoch, self.phase):
                 if phase is not None:
                     self._close(phase, self.mark)
@@ -202,7 +230,9 @@ def _wrap_update(original, executing_eagerly):
             _busy.update = False
         try:
             if executing_eagerly():
+                _loop.optimizer = weakref.ref(self)
                 _loop.train_step(None, eager=True)
+                _loop.after_eager_step()
             else:
                 for key in _user_functions_tracing():
                     _train_functions.add(key)
@@ -227,7 +257,9 @@ def _wrap_model_call(original, executing_eagerly, recording):
             _busy.model = False
         try:
             if executing_eagerly():
-                if _loop.phase is not None and not recording() and kwargs.get("training") is not True:
+                if recording():
+                    _loop.taped = (weakref.ref(self), args, kwargs)
+                elif _loop.phase is not None and kwargs.get("training") is not True:
                     _loop.eval_step(began)
             else:
                 for key in _user_functions_tracing():
