@@ -22,6 +22,10 @@ def test_applicable_fixes_follow_what_fit_was_given():
     assert fixes({}, {"thread_env": {"TF_NUM_INTRAOP_THREADS": "1"}}, 4.0) == ["threads"]
     assert fixes({"intra_op_threads": 2}) == []
     assert fixes({}) == []
+    # A custom loop: the tf.data fixes apply to the dataset it iterates; an eager loop is not compiled.
+    assert fixes({"loop": True, "dataset": True, "eager": True}) == ["parallel_map", "prefetch",
+                                                                     "parallel_map,prefetch"]
+    assert "@tf.function" in applicable({"loop": True, "eager": True}, {}, 2.0)[1]["no_eager"]
 
 
 CACHEABLE = {"dataset": True, "epochs": 2, "dataset_batches": 40, "dataset_bytes": 665_600,
@@ -42,6 +46,7 @@ def test_cache_is_timed_only_where_sound_and_affordable():
     assert "second epoch" in why(epochs=1)
     assert "second epoch" in why(dataset_batches=10)  # 10 steps of epoch 2 cannot hold a 23-step window
     assert why(dataset_batches=10, epochs=4) is None
+    assert why(dataset_batches=10, epochs=None, loop=True) is None  # a loop's epochs are not known ahead
     assert "over a quarter of the RAM" in why(dataset_bytes=8 << 30)
     assert "memory a cache needs" in why(dataset_bytes=None)
     assert "too long for a trial" in why(dataset_batches=2000)  # 2000 steps at 80 ms: 160 s
@@ -50,7 +55,8 @@ def test_cache_is_timed_only_where_sound_and_affordable():
 def test_a_job_without_fit_is_a_clear_error(store_path, capsys):
     assert main(["run", "--try-fixes", "--", sys.executable, "-c", "print('no keras here')"]) == 2
     err = capsys.readouterr().err
-    assert "times the job's first Keras fit, and this job ran none" in err and "Traceback" not in err
+    assert "times the job's first Keras fit or custom training loop, and this job ran neither" in err
+    assert "Traceback" not in err
 
 
 def try_fixes(tmp_path, scenario: str) -> dict:
@@ -147,3 +153,25 @@ def test_input_bound_job_gets_the_tf_data_fixes_and_cache_timed_in_its_second_ep
     assert config["dataset_batches"] == 40 and config["dataset_bytes"] == 40 * 64 * 65 * 4
     assert config["epochs"] == 2 and config["dataset_python_ops"] == ["PyFunc"]
     assert "Note on cache" in capsys.readouterr().out
+
+
+@needs_tf
+@pytest.mark.tf
+def test_a_custom_loop_gets_the_tf_data_fixes_timed_on_its_own_steps(store_path, tmp_path, capsys):
+    """The loop's serial map waits 1 ms an element (tests/jobs/custom_loop.py --slow-input): its
+    windows are the loop's optimizer updates; its limit, the step less its wait in next()."""
+    out = tmp_path / "fixes.json"
+    job = str(__import__("pathlib").Path(__file__).parent / "jobs" / "custom_loop.py")
+    assert main(["run", "--try-fixes", "--json", str(out), "--", sys.executable, job, "--slow-input"]) == 0
+    result = json.loads(out.read_text())
+    trials = {t["fixes"]: t for t in result["trials"]}
+    assert result["loop"] is True
+    assert list(trials) == ["baseline", "parallel_map", "prefetch", "parallel_map,prefetch", "cache"]
+    assert all(len(t["window_medians"]) == 3 for t in trials.values())
+    # Each window of 10 steps of the loop waits ~64 ms a step for 64 elements; the limit is the rest.
+    assert result["compute_only_step_seconds"] < 0.5 * trials["baseline"]["step_seconds_median"]
+    assert trials["baseline"]["reaches_limit"] is False
+    assert trials["parallel_map"]["gain"] is True and trials["cache"]["gain"] is True
+    assert trials["cache"]["reaches_limit"] is True
+    output = capsys.readouterr().out
+    assert "window of the custom training loop" in output and "less its wait in next()" in output

@@ -426,10 +426,15 @@ def cores_idle(fit: Phase | None, allowed: float, explained: bool) -> Finding | 
 
 
 def _fit_config(f: RunFacts) -> dict | None:
-    return f.last(Kind.FIT_CONFIG, f.fit.start if f.fit else None)
+    """The config of the run's main training: a fit's, or the custom loop's (sent at its first step)."""
+    if f.fit is not None and f.fit.name == TRAIN_LOOP:
+        return next((e.data for e in f.of_kind(Kind.FIT_CONFIG) if e.data.get("loop")), None)
+    found = [e for e in f.of_kind(Kind.FIT_CONFIG)
+             if not e.data.get("loop") and (f.fit is None or e.t <= f.fit.start + 1e-6)]
+    return found[-1].data if found else None
 
 
-def loop_input_bound(loop: dict | None, fit: Phase | None, allowed: float) -> Finding | None:
+def loop_input_bound(loop: dict | None, fit: Phase | None, allowed: float, config: dict | None = None) -> Finding | None:
     """A custom training loop's wait in next() on its iterator, against its steps."""
     if not loop or not loop.get("step_seconds_total") or (loop.get("steps") or 0) < 2:
         return None
@@ -449,7 +454,7 @@ def loop_input_bound(loop: dict | None, fit: Phase | None, allowed: float) -> Fi
         "preprocess once offline, or vectorise (batch before map)." if saturated else
         "Parallelise and overlap the pipeline: .map(f, num_parallel_calls=tf.data.AUTOTUNE) and end it with "
         ".prefetch(tf.data.AUTOTUNE), so the next batch is ready while the step computes; if the map is "
-        "deterministic, .cache() after it."))
+        "deterministic, .cache() after it.")) + _cache_advice(config)
     return Finding(id="input_bound", severity="high" if share >= INPUT_HIGH else "moderate",
                    title=f"The training loop waits for input {share:.0%} of each step ({_ms(wait)} of {_ms(step)})",
                    evidence=evidence, fix=fix,
@@ -460,7 +465,7 @@ def loop_input_bound(loop: dict | None, fit: Phase | None, allowed: float) -> Fi
 @rule("input_bound", category="performance")
 def _input_bound(f: RunFacts) -> Finding | None:
     if f.fit is not None and f.fit.name == TRAIN_LOOP:
-        return loop_input_bound(f.last(Kind.LOOP_INPUT), f.fit, f.cores_allowed)
+        return loop_input_bound(f.last(Kind.LOOP_INPUT), f.fit, f.cores_allowed, _fit_config(f))
     return input_bound(f.first_ok(Kind.INPUT_PROBE), f.fit, f.cores_allowed, f.first_ok(Kind.COMPUTE_PROBE),
                        _fit_config(f))
 

@@ -70,6 +70,25 @@ def send_fit_config(model, args: list, kwargs: dict) -> None:
         pass
 
 
+def send_loop_config(dataset, eager: bool) -> None:
+    """What a custom training loop's first step says about speed: its thread pools and, when it
+    reads a ``tf.data.Dataset`` (and diagnosis is on), that pipeline's facts, as for fit."""
+    try:
+        tf = sys.modules.get("tensorflow")
+        threading = tf.config.threading if tf else None
+        batch_size = (_dataset_batch_size(dataset) or _batch_stage_size(dataset)) if dataset is not None else None
+        inspect = dataset is not None and (mode() or os.environ.get(WINDOW_ENV, "0") not in ("", "0"))
+        channel().emit(Kind.FIT_CONFIG, loop=True, eager=eager, run_eagerly=False,
+                       intra_op_threads=threading.get_intra_op_parallelism_threads() if threading else None,
+                       inter_op_threads=threading.get_inter_op_parallelism_threads() if threading else None,
+                       functions_run_eagerly=bool(tf.config.functions_run_eagerly()) if tf else None,
+                       jit_compile="None", steps_per_execution=1, epochs=None,
+                       batch_size=int(batch_size) if batch_size else None, dataset=dataset is not None,
+                       **(_dataset_facts(dataset, batch_size) if inspect else {}))
+    except Exception:
+        pass
+
+
 def _plain_int(value) -> int | None:
     """An int setting as it is; None for a tf.Variable (tf_keras keeps steps_per_execution in one,
     and reading a variable is not the hook's to do, e.g. under a distribution strategy)."""

@@ -2,15 +2,18 @@
 
 Used by ``tensorgauge run --try-fixes``: the job runs once per fix, with
 ``$TENSORGAUGE_FIX`` naming the fixes to apply and ``$TENSORGAUGE_WINDOW_STEPS``
-set; the first ``fit`` then stops after :data:`WARMUP_STEPS` + that many steps,
-sends the timed steps as a ``try_window`` event, and the job exits (code 0).
+set; the first ``fit`` (or custom training loop) then stops after
+:data:`WARMUP_STEPS` + that many steps, sends the timed steps as a
+``try_window`` event (a loop's with each step's wait in ``next()``), and the job
+exits (code 0).
 The run without fixes also times the compute-only probe (see
 :func:`tensorgauge.hook.input_window.compute_probe`): the limit a fix can reach.
 
 Fixes:
 - ``parallel_map``: ``Dataset.map`` without ``num_parallel_calls`` gets
   ``tf.data.AUTOTUNE`` (order kept: ``deterministic`` stays as it was).
-- ``prefetch``: a ``tf.data.Dataset`` given to ``fit`` gets ``.prefetch(AUTOTUNE)``.
+- ``prefetch``: a ``tf.data.Dataset`` given to ``fit``, or iterated by a custom
+  training loop, gets ``.prefetch(AUTOTUNE)``.
 - ``cache``: every ``Dataset.map`` is followed by ``.cache()`` (in memory), so
   each map runs once and later epochs read its results; timed in the second
   epoch (``$TENSORGAUGE_WINDOW_WARMUP`` steps of warm-up cover the first).
@@ -94,6 +97,15 @@ def apply_fit(model, args: list, kwargs: dict) -> None:
             kwargs["x"] = kwargs["x"].prefetch(tf.data.AUTOTUNE)
 
 
+def loop_dataset(dataset):
+    """The dataset a custom loop iterates: prefetched under the ``prefetch`` fix."""
+    if "prefetch" in active():
+        import tensorflow as tf
+
+        return dataset.prefetch(tf.data.AUTOTUNE)
+    return dataset
+
+
 _window: Window | None = None
 
 
@@ -113,6 +125,7 @@ class Window:
         self.warmup = warmup
         self.marks: list[float] = []
         self.finished = False
+        self.loop_steps: list[tuple[float, float]] = []  # a custom loop's (seconds, wait), warm-up included
 
     def on_step_begin(self, model) -> None:
         if self.finished:
@@ -124,6 +137,19 @@ class Window:
                            step_seconds=[b - a for a, b in zip(timed, timed[1:])])
             self.finished = True
             model.stop_training = True
+
+    def on_loop_step(self, seconds: float, waited: float) -> None:
+        """A custom loop's training step ended (it took ``seconds``, ``waited`` of them in next());
+        once the window is full, the job ends here."""
+        if self.finished:
+            return
+        self.loop_steps.append((seconds, waited))
+        timed = self.loop_steps[self.warmup:]
+        if len(timed) >= self.steps:
+            channel().emit(Kind.TRY_WINDOW, fixes=sorted(active()), step_seconds=[s for s, _ in timed],
+                           next_seconds=[w for _, w in timed])
+            self.finished = True
+            self.exit_if_finished()
 
     def exit_if_finished(self) -> None:
         if self.finished:

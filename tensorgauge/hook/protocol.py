@@ -123,6 +123,8 @@ class FitConfig(Common, total=False):
     dataset_bytes: int | None
     dataset_random_ops: list[str] | None
     dataset_python_ops: list[str] | None
+    loop: bool  # sent by a custom training loop's first step (not a fit): its dataset, threads
+    eager: bool  # that loop's steps run eagerly
 
 
 class Trace(Common, total=False):
@@ -185,6 +187,7 @@ class XlaProbe(Common, total=False):
 class TryWindow(Common, total=False):
     fixes: list[str]
     step_seconds: list[float]
+    next_seconds: list[float]  # a custom loop's: each step's wait in next() (its compute-only limit is the rest)
 
 
 class Placement(Common, total=False):

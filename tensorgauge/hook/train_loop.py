@@ -28,10 +28,10 @@ import threading
 import time
 import weakref
 
-from tensorgauge.hook import eager_probe
+from tensorgauge.hook import eager_probe, fixes
 from tensorgauge.hook.agent import Agent, _Open, agent
 from tensorgauge.hook.channel import channel, process_cpu_seconds
-from tensorgauge.hook.diagnose import mode, tracing_now
+from tensorgauge.hook.diagnose import mode, send_loop_config, tracing_now
 from tensorgauge.hook.listeners import on_keras, on_tensorflow
 from tensorgauge.hook.protocol import TRAIN_LOOP, Kind
 
@@ -65,6 +65,8 @@ class TrainLoop:
         self.began: float | None = None  # the loop's first step's start
         self.taped: tuple | None = None  # (weakref to the model, args, kwargs) of the last call under a tape
         self.optimizer: weakref.ref | None = None  # of the last eager update
+        self.dataset: weakref.ref | None = None  # the dataset of the iterator next() was last called on
+        self.last_step: tuple[float, float] | None = None  # the last training step's (seconds, wait in next())
         self.probed = False  # the eager probe ran (or was skipped for good)
 
     # -- what the patches report ----------------------------------------------------
@@ -78,6 +80,7 @@ class TrainLoop:
             except AttributeError:
                 serial = id(iterator)
         self.last_iterator = serial
+        self.dataset = getattr(iterator, "_tensorgauge_dataset", None)
         if self.first_next is None:
             self.first_next = began
         self.waited += seconds
@@ -95,6 +98,7 @@ class TrainLoop:
                 self.phase = self.agent.open_detached(TRAIN_LOOP, "fit", top.id if top and not top.auto else None,
                                                       start, self.mark_cpu)
                 self.began = start
+                send_loop_config(self.dataset() if self.dataset else None, eager)
             if self.evaluation is not None:
                 self._close(self.evaluation, self.mark)
                 self.evaluation = None
@@ -110,6 +114,7 @@ class TrainLoop:
             seconds = now - start
             assert self.epoch is not None
             self.agent.record_step(self.epoch, seconds, now)
+            self.last_step = (seconds, min(self.waited, seconds))
             if self.steps:
                 self._keep(seconds, min(self.waited, seconds))
             self.steps += 1
@@ -128,6 +133,12 @@ class TrainLoop:
             self.agent.record_step(self.evaluation, now - start, now)
             self.eval_steps += 1
             self._advance(now, cpu)
+
+    def after_step(self) -> None:
+        """Outside the lock, after a training step: the --try-fixes window (which may end the job)."""
+        timed = fixes.window()
+        if timed is not None and self.last_step is not None:
+            timed.on_loop_step(*self.last_step)
 
     def after_eager_step(self) -> None:
         """Time what tf.function would gain the loop (:mod:`.eager_probe`) once it is due; the next
@@ -236,8 +247,10 @@ def _wrap_update(original, executing_eagerly):
             else:
                 for key in _user_functions_tracing():
                     _train_functions.add(key)
+                return result
         except Exception:
-            pass
+            return result
+        _loop.after_step()
         return result
 
     return update
@@ -285,13 +298,17 @@ def _wrap_function_call(original):
             _busy.call = False
         try:
             key = getattr(self, "_function_captures", None)
-            if key is not None and not _in_keras_phase():
-                if key in _train_functions:
-                    _loop.train_step(began, eager=False)
-                elif key in _model_functions and _loop.phase is not None:
+            if key is None or _in_keras_phase():
+                return result
+            if key in _train_functions:
+                _loop.train_step(began, eager=False)
+            else:
+                if key in _model_functions and _loop.phase is not None:
                     _loop.eval_step(began)
+                return result
         except Exception:
-            pass
+            return result
+        _loop.after_step()
         return result
 
     return call
@@ -308,6 +325,23 @@ def _wrap_next(original):
                 _loop.on_next(self, began, time.monotonic() - began)
 
     return next_
+
+
+def _wrap_iter(original):
+    """``iter(dataset)`` outside Keras: the iterator remembers its dataset (for the loop's config);
+    under ``--try-fixes`` with ``prefetch``, the loop reads the dataset prefetched."""
+    @functools.wraps(original)
+    def iter_(self):
+        if _in_keras_phase():
+            return original(self)
+        iterator = original(fixes.loop_dataset(self))
+        try:
+            iterator._tensorgauge_dataset = weakref.ref(self)
+        except (AttributeError, TypeError):
+            pass
+        return iterator
+
+    return iter_
 
 
 def _patch(owner, name: str, wrap, original=None) -> None:
@@ -332,6 +366,7 @@ def _patch_tensorflow(tf) -> None:
     functions = sys.modules.get("tensorflow.python.eager.polymorphic_function.polymorphic_function")
     if iterators is not None:
         _patch_defining(iterators.OwnedIterator, "__next__", _wrap_next)
+    _patch_defining(tf.data.Dataset, "__iter__", _wrap_iter)
     if functions is not None:
         _patch_defining(functions.Function, "__call__", _wrap_function_call)
 

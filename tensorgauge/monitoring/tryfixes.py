@@ -2,7 +2,8 @@
 
 The job runs once as it is and once per applicable fix (see
 :mod:`tensorgauge.hook.fixes`), each time only for a window of its first
-``fit`` (3 warm-up steps, then ``steps`` timed ones). Which fixes apply is read
+``fit`` or custom training loop (3 warm-up steps, then ``steps`` timed ones;
+a loop's compute-only limit is its step less its wait in ``next()``). Which fixes apply is read
 from the baseline run: tf.data fixes when fit gets a Dataset, ``no_eager``
 when it runs eagerly, ``threads`` when its thread pools are smaller than the
 CPUs allowed. ``cache`` is timed in the second epoch, once the first has
@@ -28,7 +29,7 @@ from tensorgauge.units import format_bytes
 
 CANDIDATES = {
     "parallel_map": "map(num_parallel_calls=tf.data.AUTOTUNE)",
-    "prefetch": "dataset.prefetch(tf.data.AUTOTUNE) before fit",
+    "prefetch": "dataset.prefetch(tf.data.AUTOTUNE) on the training input",
     "parallel_map,prefetch": "both of the above",
     "cache": ".cache() after each map (sound for a deterministic map)",
     "no_eager": "model.run_eagerly = False, tf.config.run_functions_eagerly(False)",
@@ -66,10 +67,11 @@ class Trials:
     trials: list[Trial]  # the baseline first
     compute_only_step_seconds: float | None  # the limit: the train step on one cached batch
     not_tried: dict[str, str] = field(default_factory=dict)  # fix -> why it was not timed
+    loop: bool = False  # timed on a custom training loop (its limit: the step less its wait in next())
 
     def to_dict(self) -> dict:
         return {"schema": "tensorgauge.try_fixes/1", "compute_only_step_seconds": self.compute_only_step_seconds,
-                "trials": [t.to_dict() for t in self.trials], "not_tried": self.not_tried}
+                "trials": [t.to_dict() for t in self.trials], "not_tried": self.not_tried, "loop": self.loop}
 
 
 def _window(store: Store, run_id: str) -> tuple[list[float], dict, float | None]:
@@ -82,6 +84,9 @@ def _window(store: Store, run_id: str) -> tuple[list[float], dict, float | None]
     steps = windows[0]["step_seconds"] if windows else []
     size = max(1, len(steps) // REPEATS)
     medians = [statistics.median(steps[i:i + size]) for i in range(0, size * REPEATS, size) if steps[i:i + size]]
+    waits = windows[0].get("next_seconds") if windows else None
+    if probe is None and waits:  # a custom loop: its step less its wait in next() is the compute
+        probe = [s - w for s, w in zip(steps, waits)]
     return medians, config, statistics.median(probe) if probe else None
 
 
@@ -103,7 +108,8 @@ def cache_blocker(config: dict, steps: int, step_seconds: float | None, ram_byte
     if random:
         return (f"its functions draw random numbers ({', '.join(random)}): a cache would freeze the augmentation; "
                 "cache the deterministic part before the random map instead")
-    if (config.get("epochs") or 1) < 2 or (config["epochs"] - 1) * batches < steps + WARMUP_STEPS:
+    if not config.get("loop") and ((config.get("epochs") or 1) < 2
+                                   or (config["epochs"] - 1) * batches < steps + WARMUP_STEPS):
         return "fit does not run a second epoch long enough to time"
     if size is None:
         return "the size of the data set's elements is unknown, so the memory a cache needs is too"
@@ -128,6 +134,9 @@ def applicable(config: dict, job: dict, cores_allowed: float, steps: int = 20, s
             fixes.append("cache")
     if config.get("run_eagerly") or config.get("functions_run_eagerly"):
         fixes.append("no_eager")
+    elif config.get("loop") and config.get("eager"):
+        not_tried["no_eager"] = ("an eager custom loop cannot be compiled from outside: decorate its step with "
+                                 "@tf.function; 'tensorgauge run --diagnose' measures the gain (eager_execution)")
     if config.get("jit_compile") == "True":
         fixes.append("no_jit")
     limits = [n for n in (config.get("intra_op_threads"),
@@ -145,7 +154,8 @@ def try_fixes(command: list[str], store: Store, steps: int = 10,
     base_windows, config, limit = _window(store, base.record.run_id)
     base_step = statistics.median(base_windows) if base_windows else None
     if base_step is None:
-        raise TensorgaugeError("--try-fixes times the job's first Keras fit, and this job ran none "
+        raise TensorgaugeError("--try-fixes times the job's first Keras fit or custom training loop, and this job ran "
+                               "neither "
                                f"(or stopped before {steps * REPEATS + 3} steps); see "
                                f"'tensorgauge show {base.record.run_id}'")
     record = store.run(base.record.run_id)
@@ -173,4 +183,4 @@ def try_fixes(command: list[str], store: Store, steps: int = 10,
                             reaches_limit=step <= LIMIT_REACHED * limit if step and limit else None, caveat=caveat,
                             changes_compute=fix in COMPUTE_FIXES))
     trials[0].reaches_limit = base_step <= LIMIT_REACHED * limit if limit else None
-    return Trials(trials, limit, not_tried)
+    return Trials(trials, limit, not_tried, loop=bool(config.get("loop")))

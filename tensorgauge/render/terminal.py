@@ -183,7 +183,8 @@ def render_trials(console: Console, result) -> None:
     """The --try-fixes table: each fix's median step, speedup over the job as it is, and
     whether it reaches the compute-only limit."""
     trials, limit = result.trials, result.compute_only_step_seconds
-    table = Table(box=None, header_style="bold", title="Fixes, each timed on a window of the first fit",
+    trained = "the custom training loop" if result.loop else "the first fit"
+    table = Table(box=None, header_style="bold", title=f"Fixes, each timed on a window of {trained}",
                   title_justify="left", title_style="bold")
     for column in ("fix", "what", "step (median)", "speedup", "at the limit", "run"):
         table.add_column(column, justify="right" if column in ("step (median)", "speedup") else "left")
@@ -202,8 +203,9 @@ def render_trials(console: Console, result) -> None:
                       reached, trial.run_id)
     console.print(table)
     if limit:
-        console.print(f"Compute-only limit: {format_seconds(limit)} a step (the train step on one cached batch, "
-                      "no input work).")
+        how = ("the loop's step less its wait in next()" if result.loop
+               else "the train step on one cached batch, no input work")
+        console.print(f"Compute-only limit: {format_seconds(limit)} a step ({how}).")
     for fix, why in result.not_tried.items():
         console.print(f"Not tried: {fix}, because {safe(why)}.")
     if len(trials) == 1:
