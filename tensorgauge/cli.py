@@ -45,7 +45,7 @@ def _dispatch(args: argparse.Namespace) -> int:
                                 checkpoint=args.checkpoint, job=args.job, live=args.live,
                                 tensorboard=args.tensorboard, prometheus=args.prometheus, quiet=args.quiet,
                                 keep_job_on_failure=args.keep_job_on_failure)
-        return module.run(list(args.command), options, try_fixes=args.try_fixes)
+        return module.run(list(args.command), options, try_fixes=args.try_fixes, backends=args.backends)
     calls = {
         "runs": lambda: module.runs(args.store),
         "show": lambda: module.show(args.store, args.run, args.json, args.start, args.end),
@@ -101,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     diagnosis.add_argument("--no-diagnose", dest="diagnose", action="store_const", const="",
                            help="do not profile training steps for the input split (no profiler window, no "
                                 "compute-only probe)")
+    p.add_argument("--backends", metavar="LIST",
+                   help="run a Keras 3 job once per backend (e.g. tensorflow,jax,torch: KERAS_BACKEND) and compare "
+                        "them phase by phase, with the causes")
     p.add_argument("--try-fixes", action="store_true",
                    help="time a short window of the first fit as it is and with each applicable fix "
                         "(parallel map, prefetch, eager off, thread pools), and report each one's speedup")

@@ -158,7 +158,8 @@ HOST_FIELDS = {"hostname": "text?", "cpu_model": "text?", "cpu_flags": "texts?",
 JOB_FIELDS = {"python": "text?", "executable": "text?", "thread_env": "text_map?", "affinity_cpus": "int?",
               "numpy_version": "text?", "blas": "objects?", "tensorflow_version": "text?", "tf_build": "object?",
               "onednn_enabled": "bool?", "devices_physical": "texts?", "gpus_visible": "int?",
-              "intra_op_threads": "int?", "inter_op_threads": "int?", "keras_version": "text?"}
+              "intra_op_threads": "int?", "inter_op_threads": "int?", "keras_version": "text?",
+              "keras_backend": "text?", "backend_version": "text?"}
 WORKER_FIELDS = {"task_type": "text?", "task_index": "int?", "worker": "text?", "cluster": "object?"}
 ENV_PARTS = {"host": HOST_FIELDS, "job": JOB_FIELDS, "worker": WORKER_FIELDS}
 BUDGET_FIELDS = {"max_memory_bytes": "int?", "max_cpus": "number?", "max_gpu_memory_bytes": "int?",

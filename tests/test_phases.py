@@ -105,3 +105,17 @@ def test_phase_table_shows_gpu_columns_only_where_a_gpu_was_read():
     console = Console(record=True, width=200)
     console.print(phase_table(build_phases(events, [sample(t / 10, t / 100) for t in range(0, 21)], end=2.0), 2.0))
     assert "GPU" not in console.export_text()
+
+
+def test_model_calls_leave_out_a_fits_own_validation_however_deep():
+    from tensorgauge.analyse.phases import model_calls
+    from tensorgauge.model import Phase
+
+    phases = [Phase(name="fit", kind="fit", start=0.0, end=10.0),
+              Phase(name="epoch 1", kind="epoch", start=0.0, end=5.0, parent=0),
+              Phase(name="validation", kind="evaluate", start=4.0, end=5.0, parent=1),  # in the epoch, in the fit
+              Phase(name="epoch 2", kind="epoch", start=5.0, end=10.0, parent=0),
+              Phase(name="validation", kind="evaluate", start=9.0, end=10.0, parent=3),
+              Phase(name="evaluate", kind="evaluate", start=11.0, end=12.0),
+              Phase(name="predict", kind="predict", start=12.0, end=13.0)]
+    assert [p.name for p in model_calls(phases, ("fit", "evaluate", "predict"))] == ["fit", "evaluate", "predict"]

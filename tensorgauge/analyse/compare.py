@@ -67,6 +67,12 @@ def _blas(side: Side):
         or None
 
 
+def _backend(side: Side):
+    """Keras' backend and its version (runs recorded before 0.2 carry neither)."""
+    backend = side.job.get("keras_backend")
+    return f"{backend} {side.job.get('backend_version') or ''}".strip() if backend else None
+
+
 def _jit(side: Side):
     configs = [e.data for e in side.report.events if e.kind == Kind.FIT_CONFIG]
     return configs[0].get("jit_compile") if configs else None
@@ -84,6 +90,9 @@ CAUSES = [
           "wider vector units (AVX-512, AMX) run more floating-point work per cycle"),
     Cause("tensorflow", "TensorFlow version", lambda s: s.job.get("tensorflow_version"), TENSORFLOW,
           "kernels, graph optimisations and defaults change between releases"),
+    Cause("backend", "Keras backend", _backend, ("import", "keras", "fit", "epoch", "evaluate", "predict", "save", "load"),
+          "the framework that runs the model: how it compiles the step (TensorFlow graphs, XLA on JAX, eager "
+          "PyTorch), its kernels, and the conversion of NumPy or tf.data batches into its tensors"),
     Cause("keras", "Keras version", lambda s: s.job.get("keras_version"), ("keras", "fit", "evaluate", "predict"),
           "the training loop and its defaults"),
     Cause("cuda", "CUDA / cuDNN build",
@@ -93,7 +102,7 @@ CAUSES = [
           "whether and on what the TensorFlow work runs off the CPU"),
     Cause("gpus_visible", "GPUs visible to TensorFlow", lambda s: s.job.get("gpus_visible"), TENSORFLOW,
           "a GPU TensorFlow cannot see does no work"),
-    Cause("xla", "XLA (jit_compile)", _jit, ("keras", "fit", "evaluate", "predict"),
+    Cause("xla", "XLA (jit_compile)", _jit, ("keras", "fit", "epoch", "evaluate", "predict"),
           "XLA compiles the step into fused kernels"),
     Cause("tf_threads", "TensorFlow thread pools",
           lambda s: (s.job.get("intra_op_threads"), s.job.get("inter_op_threads"),
@@ -193,6 +202,10 @@ def _phase_results(a: Side, b: Side) -> list[Result]:
         if p.wall_seconds >= 0.05 and q.wall_seconds > 0:
             out.append(Result(p.name, "phase", p.kind, round(p.wall_seconds, 4), round(q.wall_seconds, 4), "s",
                               q.wall_seconds / p.wall_seconds))
+        # The steady step apart from the phase's wall (which holds start-up: tracing, compiling).
+        if p.kind in ("fit", "evaluate", "predict") and _positive(p.step_seconds_p50) and _positive(q.step_seconds_p50):
+            out.append(Result(f"{p.name} step p50", "phase", p.kind, round(p.step_seconds_p50, 6),
+                              round(q.step_seconds_p50, 6), "s", q.step_seconds_p50 / p.step_seconds_p50))
     return out
 
 

@@ -502,8 +502,11 @@ XLA_MODERATE, XLA_HIGH = 1.1, 1.5  # XLA step / plain step on a CPU
 
 def xla_on_cpu(config: dict | None, probe: dict | None, fit: Phase | None, gpus: int) -> Finding | None:
     """fit compiled with XLA (jit_compile=True) on a machine without a GPU, where XLA is often
-    several times slower; the ratio from the hook's probe (or a --try-fixes trial) when measured."""
+    several times slower; the ratio from the hook's probe (or a --try-fixes trial) when measured.
+    TensorFlow only: on JAX, XLA is how every step runs (jit_compile=False there means eager)."""
     if not config or config.get("jit_compile") != "True" or gpus or fit is None:
+        return None
+    if config.get("backend", "tensorflow") != "tensorflow":
         return None
     xla, plain = (probe or {}).get("xla_step_seconds"), (probe or {}).get("plain_step_seconds")
     evidence: dict = {"jit_compile": True, "gpus": 0, "step_seconds_p50": fit.step_seconds_p50}

@@ -185,8 +185,17 @@ def top_level(phases: list[Phase]) -> list[Phase]:
 def model_calls(phases: list[Phase], kinds: tuple[str, ...]) -> list[Phase]:
     """The job's own calls of these kinds (fit, predict, evaluate), not those a fit makes itself
     (its validation), in time order."""
-    fits = {i for i, p in enumerate(phases) if p.kind == "fit"}
-    return sorted((p for p in phases if p.kind in kinds and p.parent not in fits), key=lambda p: p.start)
+    def inside_fit(phase: Phase) -> bool:  # a validation pass sits in an epoch, in the fit
+        seen: set[int] = set()
+        parent = phase.parent
+        while parent is not None and 0 <= parent < len(phases) and parent not in seen:
+            if phases[parent].kind == "fit":
+                return True
+            seen.add(parent)
+            parent = phases[parent].parent
+        return False
+
+    return sorted((p for p in phases if p.kind in kinds and not inside_fit(p)), key=lambda p: p.start)
 
 
 def main_fit(phases: list[Phase]) -> Phase | None:

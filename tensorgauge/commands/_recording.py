@@ -32,6 +32,7 @@ class RecordOptions:
     prometheus: str | None = None
     quiet: bool = False
     keep_job_on_failure: bool = False
+    extra_env: dict[str, str] | None = None  # set for the job (e.g. KERAS_BACKEND by --backends)
 
 
 def default_checkpoint_dir(data_dir: Path, command: list[str]) -> Path:
@@ -114,7 +115,7 @@ def record(command: list[str], options: RecordOptions) -> tuple[int, str]:
                      hook=options.hook, on_start=started, budget=budget, checkpoint_dir=checkpoint_dir,
                      diagnose=options.diagnose, observers=observers, job=options.job,
                      report=lambda line: _say(err, f"tensorgauge: warning: {line}", markup=False),
-                     keep_job_on_failure=options.keep_job_on_failure)
+                     keep_job_on_failure=options.keep_job_on_failure, extra_env=options.extra_env)
     finally:
         for observer in observers:
             observer.close()

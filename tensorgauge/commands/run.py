@@ -1,19 +1,72 @@
-"""``tensorgauge run [options] -- COMMAND``: record a command, or time fixes on it (--try-fixes)."""
+"""``tensorgauge run [options] -- COMMAND``: record a command, time fixes on it (--try-fixes), or
+run it once per Keras backend and compare them (--backends)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from tensorgauge.commands._recording import RecordOptions, record
 from tensorgauge.commands._shared import console, open_store, progress_printer, write_text
+from tensorgauge.errors import TensorgaugeError
+
+BACKENDS = ("tensorflow", "jax", "torch")
 
 
-def run(command: list[str], options: RecordOptions, try_fixes: bool = False) -> int:
+def run(command: list[str], options: RecordOptions, try_fixes: bool = False, backends: str | None = None) -> int:
     if command and command[0] == "--":
         command = command[1:]
+    if try_fixes and backends:
+        raise TensorgaugeError("--try-fixes and --backends cannot be combined: run one, then the other")
     if try_fixes:
         return _try_fixes(command, options)
+    if backends:
+        return _backends(command, options, backends)
     return record(command, options)[0]
+
+
+def parse_backends(text: str) -> list[str]:
+    """``tensorflow,jax`` -> the backends, checked (at least two, each one Keras 3 knows)."""
+    names = [b.strip().lower() for b in text.split(",") if b.strip()]
+    names = ["torch" if b == "pytorch" else b for b in names]
+    unknown = [b for b in names if b not in BACKENDS]
+    if unknown:
+        raise TensorgaugeError(f"unknown Keras backend {', '.join(unknown)}: choose from {', '.join(BACKENDS)}")
+    if len(set(names)) < 2:
+        raise TensorgaugeError("--backends takes two backends or more, e.g. --backends tensorflow,jax")
+    return list(dict.fromkeys(names))
+
+
+def _backends(command: list[str], options: RecordOptions, text: str) -> int:
+    """The job once per backend (``KERAS_BACKEND``), each a stored run; then each compared with the first."""
+    from tensorgauge.analyse.compare import compare
+    from tensorgauge.commands._shared import load_side
+    from tensorgauge.render.compare import render_compare
+
+    names = parse_backends(text)
+    say = progress_printer()
+    runs: list[tuple[str, int, str]] = []
+    for backend in names:
+        say(f"running the job on Keras' {backend} backend (KERAS_BACKEND={backend})")
+        env = {**(options.extra_env or {}), "KERAS_BACKEND": backend}
+        code, run_id = record(command, dataclasses.replace(options, name=f"{options.name or 'backend'}: {backend}",
+                                                           extra_env=env, json_path=None))
+        runs.append((backend, code, run_id))
+    failed = [(b, code, run_id) for b, code, run_id in runs if code != 0]
+    for backend, code, run_id in failed:
+        say(f"the job failed on the {backend} backend (exit {code}; is it installed for the job's Python?): "
+            f"tensorgauge show {run_id}")
+    done = [(b, run_id) for b, code, run_id in runs if code == 0]
+    comparisons = []
+    for _, run_id in done[1:]:
+        comparison = compare(load_side(options.store, done[0][1]), load_side(options.store, run_id))
+        comparisons.append(comparison)
+        render_compare(console(), comparison)
+    if options.json_path:
+        write_text(json.dumps({"schema": "tensorgauge.backends/1",
+                               "runs": [{"backend": b, "exit_code": code, "run_id": run_id} for b, code, run_id in runs],
+                               "comparisons": [c.to_dict() for c in comparisons]}, indent=2), options.json_path)
+    return failed[0][1] if failed else 0
 
 
 def _try_fixes(command: list[str], options: RecordOptions) -> int:

@@ -40,6 +40,15 @@ def mode() -> str:
     return "always" if value in ("1", "always") else "auto" if value == "auto" else ""
 
 
+def keras_backend(model) -> str:
+    """The backend a model runs on: Keras 3's (``KERAS_BACKEND``), or "tensorflow" for tf_keras."""
+    keras = sys.modules.get(type(model).__module__.split(".")[0])
+    try:
+        return str(keras.backend.backend())  # type: ignore[union-attr]
+    except Exception:
+        return "tensorflow"
+
+
 def fit_epochs(args: list, kwargs: dict) -> int | None:
     """The ``epochs`` fit was given (positional or keyword; 1 by default), None when not an int."""
     epochs = kwargs.get("epochs", args[3] if len(args) > 3 else 1)
@@ -56,7 +65,8 @@ def send_fit_config(model, args: list, kwargs: dict) -> None:
         if is_dataset and batch_size is None:
             batch_size = _dataset_batch_size(x)
         threading = tf.config.threading if tf else None
-        channel().emit(Kind.FIT_CONFIG, run_eagerly=bool(getattr(model, "run_eagerly", False)),
+        channel().emit(Kind.FIT_CONFIG, backend=keras_backend(model),
+                       run_eagerly=bool(getattr(model, "run_eagerly", False)),
                        intra_op_threads=threading.get_intra_op_parallelism_threads() if threading else None,
                        inter_op_threads=threading.get_inter_op_parallelism_threads() if threading else None,
                        functions_run_eagerly=bool(tf.config.functions_run_eagerly()) if tf else None,

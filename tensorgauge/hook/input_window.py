@@ -35,7 +35,7 @@ import tempfile
 import time
 
 from tensorgauge.hook.channel import channel
-from tensorgauge.hook.diagnose import PYTHON_OPS, _batch_stage_size, _pipeline_ops, fit_epochs, mode
+from tensorgauge.hook.diagnose import PYTHON_OPS, _batch_stage_size, _pipeline_ops, fit_epochs, keras_backend, mode
 from tensorgauge.hook.listeners import FitCall, FitListener, on_fit
 from tensorgauge.hook.protocol import WINDOW_START, Kind
 
@@ -473,5 +473,11 @@ class _InputWindow(FitListener):
 @on_fit
 def _input_window_listener(call: FitCall) -> FitListener | None:
     if call.fit_input is None or _InputWindow.done or not mode():
+        return None
+    backend = keras_backend(call.model)
+    if backend != "tensorflow":  # TensorFlow's profiler sees no JAX or PyTorch step
+        _InputWindow.done = True
+        channel().emit(Kind.INPUT_PROBE, skipped=f"the input window is TensorFlow's profiler, which does not see the "
+                       f"steps of Keras' {backend} backend")
         return None
     return _InputWindow(call, unbounded=mode() == "always")

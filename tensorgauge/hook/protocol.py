@@ -110,6 +110,7 @@ class Env(Common, total=False):
 
 
 class FitConfig(Common, total=False):
+    backend: str  # Keras' backend: tensorflow (also tf_keras), jax, torch
     run_eagerly: bool
     intra_op_threads: int | None
     inter_op_threads: int | None

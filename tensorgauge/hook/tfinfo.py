@@ -1,7 +1,8 @@
-"""Facts about the job's own Python and TensorFlow, sent once TF has loaded.
+"""Facts about the job's own Python, Keras and TensorFlow, sent once they have loaded.
 
-Runs inside the job in a daemon thread started when ``import tensorflow``
-finishes, so it never delays the job; nothing it calls initialises a GPU or
+Runs inside the job in a daemon thread started when ``import keras`` (the
+backend: TensorFlow, JAX or PyTorch) or ``import tensorflow`` finishes, so it
+never delays the job; nothing it calls initialises a GPU or
 fixes TensorFlow's configuration (listing physical devices leaves memory
 growth and visible devices settable).
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import sys
 
 from tensorgauge.hook.channel import channel
-from tensorgauge.hook.listeners import on_tensorflow
+from tensorgauge.hook.listeners import on_keras, on_tensorflow
 from tensorgauge.hook.protocol import Kind
 
 
@@ -44,8 +45,20 @@ def tensorflow_facts() -> dict:
     facts["inter_op_threads"] = _safe(tf.config.threading.get_inter_op_parallelism_threads)
     keras = sys.modules.get("keras")
     if keras is not None:
-        facts["keras_version"] = getattr(keras, "__version__", None)
+        facts.update(keras_facts(keras))
     return facts
+
+
+BACKEND_MODULES = {"tensorflow": "tensorflow", "jax": "jax", "torch": "torch", "numpy": "numpy"}
+
+
+def keras_facts(keras) -> dict:
+    """Keras' version, its backend (``KERAS_BACKEND``: tensorflow, jax, torch) and the backend's version.
+    Reads no device: JAX and PyTorch would claim the GPU's memory on first use."""
+    backend = _safe(lambda: keras.backend.backend())
+    module = sys.modules.get(BACKEND_MODULES.get(backend or "", ""))
+    return {"keras_version": getattr(keras, "__version__", None), "keras_backend": backend,
+            "backend_version": getattr(module, "__version__", None)}
 
 
 THREAD_ENV = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS")
@@ -75,15 +88,26 @@ def python_facts() -> dict:
     return facts
 
 
-def send_facts() -> None:
+def send_facts(keras=None) -> None:
+    """Python's facts, and TensorFlow's (after ``import tensorflow``) or Keras' (after ``import keras``)."""
     facts = python_facts()
-    facts.update(_safe(tensorflow_facts, {}) or {})
+    facts.update((_safe(lambda: keras_facts(keras), {}) if keras is not None else _safe(tensorflow_facts, {})) or {})
     channel().emit(Kind.ENV, facts=facts)
+
+
+def _later(*args) -> None:
+    import threading
+
+    # ~20 ms (threadpoolctl inspects every loaded library): off the job's path.
+    threading.Thread(target=send_facts, args=args, name="tensorgauge-facts", daemon=True).start()
 
 
 @on_tensorflow
 def _send_facts_later(tf) -> None:
-    import threading
+    _later()
 
-    # ~20 ms (threadpoolctl inspects every loaded library): off the job's path.
-    threading.Thread(target=send_facts, name="tensorgauge-facts", daemon=True).start()
+
+@on_keras
+def _send_keras_facts_later(keras) -> None:
+    if getattr(keras, "__name__", "") == "keras":  # tf_keras is TensorFlow's: its facts come with TensorFlow's
+        _later(keras)

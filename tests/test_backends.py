@@ -1,0 +1,66 @@
+"""Keras 3 on its other backends: the same script's phases and steps on TensorFlow and JAX (and
+PyTorch where installed), and `run --backends` comparing them."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import needs_tf
+
+from tensorgauge.analyse.run_report import RunReport
+from tensorgauge.commands.run import parse_backends
+from tensorgauge.errors import TensorgaugeError
+from tensorgauge.store import Store
+
+JOB = str(Path(__file__).parent / "jobs" / "keras_backends.py")
+KINDS = ["import", "fit", "epoch", "evaluate", "predict", "save", "load"]
+
+
+def test_backends_are_checked_before_anything_runs():
+    assert parse_backends("tensorflow, JAX,pytorch") == ["tensorflow", "jax", "torch"]
+    with pytest.raises(TensorgaugeError, match="unknown Keras backend mxnet"):
+        parse_backends("tensorflow,mxnet")
+    with pytest.raises(TensorgaugeError, match="two backends or more"):
+        parse_backends("jax,jax")
+
+
+def _installed(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
+
+
+@needs_tf
+@pytest.mark.tf
+@pytest.mark.skipif(not _installed("jax"), reason="jax is not installed (pip install 'tensorgauge[jax]')")
+def test_the_same_script_on_tensorflow_and_jax_gets_every_phase_and_a_compare(store_path, tg_cmd, tmp_path):
+    backends = ["tensorflow", "jax"] + (["torch"] if _installed("torch") else [])
+    out = tmp_path / "backends.json"
+    result = subprocess.run([*tg_cmd, "run", "-q", "--backends", ",".join(backends), "--json", str(out), "--",
+                             sys.executable, JOB, str(tmp_path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    document = json.loads(out.read_text())
+    assert [r["backend"] for r in document["runs"]] == backends
+    store = Store.open(store_path)
+    fit_steps = []
+    for run in document["runs"]:
+        report = RunReport.load(store, run["run_id"])
+        assert report.record.name == f"backend: {run['backend']}"
+        assert report.record.env["job"]["keras_backend"] == run["backend"]
+        assert report.record.env["job"]["backend_version"]
+        kinds = [p.kind for p in report.phases]
+        assert all(kind in kinds for kind in KINDS), (run["backend"], kinds)
+        fit = next(p for p in report.phases if p.kind == "fit")
+        fit_steps.append(fit.steps)
+        assert [p.steps for p in report.phases if p.kind == "evaluate" and p.name == "evaluate"] == [40]
+        findings = {f.id for f in report.findings}
+        assert "xla_on_cpu" not in findings or run["backend"] == "tensorflow"  # XLA is how JAX runs
+        if run["backend"] != "tensorflow":  # TensorFlow's profiler sees no JAX or PyTorch step: said so
+            assert "TensorFlow's profiler" in report.input_split["why"]
+    assert len(set(fit_steps)) == 1 and fit_steps[0] == 2 * 32  # 2048 rows after the split, 64 a batch
+    comparison = document["comparisons"][0]
+    top = comparison["explanations"][0]
+    assert top["cause"] == "backend" and top["a"].startswith("tensorflow") and top["b"].startswith("jax")
+    assert top["affected"], top  # backed by measured phase figures
+    assert "Keras backend" in result.stdout + result.stderr
