@@ -12,6 +12,9 @@ In a job (works with or without ``tensorgauge run``; silent without a monitor)::
     with tensorgauge.monitor(name="notebook"):   # record in-process, no CLI
         model.fit(...)
 
+In a notebook: ``%load_ext tensorgauge``, then ``%%tensorgauge`` records a cell
+(see :mod:`tensorgauge.notebook`).
+
 Importing this package is cheap and imports neither TensorFlow nor psutil.
 """
 
@@ -20,6 +23,13 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 __all__ = ["phase", "step", "monitor", "keras", "__version__"]
+
+
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext tensorgauge``: the ``%%tensorgauge`` cell magic and ``%tensorgauge show|report``."""
+    from tensorgauge.notebook import load_ipython_extension as load
+
+    load(ipython)
 
 
 def __getattr__(name):

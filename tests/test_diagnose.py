@@ -59,8 +59,9 @@ def test_input_work_competing_for_the_cores_counts_only_when_the_input_threads_e
     assert input_bound({**window, "input_thread_seconds": 0.005}, fit(cores=1.9), 2.0, probe) is None
     # Without a compute-only probe there is no limit to compare with.
     assert input_bound({**window, "input_thread_seconds": 0.15}, fit(cores=1.9), 2.0, None) is None
-    # A step within 5% of its limit loses nothing worth a finding, however busy the threads.
-    assert input_bound({**window, "input_thread_seconds": 0.15}, fit(), 2.0, {"step_seconds": [0.0097] * 8}) is None
+    # A step within 15% of its limit (noise between the probe and the fit's steps) loses nothing worth a
+    # finding, however busy the threads.
+    assert input_bound({**window, "input_thread_seconds": 0.15}, fit(), 2.0, {"step_seconds": [0.0087] * 8}) is None
 
 
 def test_input_bound_cache_advice_follows_the_pipelines_functions():

@@ -160,3 +160,11 @@ def test_runs_shows_every_id_whole_beside_a_long_name(store_path, tg_cmd):
     listing = subprocess.run([*tg_cmd, "runs"], capture_output=True, text=True).stdout
     for record in Store.open(store_path).runs():
         assert record.run_id in listing
+
+
+def test_run_files_go_to_ram_only_where_it_has_room(tmp_path):
+    from tensorgauge.monitoring.run_files import private_parent
+
+    assert private_parent(str(tmp_path), min_free=0) == str(tmp_path)
+    assert private_parent(str(tmp_path), min_free=1 << 62) is None  # no room: the disk's temporary directory
+    assert private_parent(str(tmp_path / "missing"), min_free=0) is None

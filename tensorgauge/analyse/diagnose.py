@@ -21,6 +21,9 @@ from tensorgauge.steps import StepDigest
 from tensorgauge.units import format_bytes
 
 INPUT_HIGH, INPUT_MODERATE = 0.20, 0.05
+# A step this much slower than its compute-only limit (share of the step) is slowed by something: within
+# it, the probe and the fit's steps differ by noise (as --try-fixes' "at the limit", 15%).
+INPUT_COMPETES = 0.15
 SATURATED = 0.85  # cores busy / cores allowed at which more parallelism cannot help
 THREAD_BOUND = 0.8  # cores busy / thread limit at which the limit is what binds
 IDLE = 0.5  # cores busy / cores allowed under which cores count as idle
@@ -62,7 +65,7 @@ def input_bound(probe: dict | None, fit: Phase | None, allowed: float,
 
     Input costs a step in two ways: the wait in ``IteratorGetNext``, and compute slowed by the
     pipeline's own threads (a prefetched map) taking the cores. The second counts when the step's
-    compute runs past the probe's limit by at least :data:`INPUT_MODERATE` of the step and tf.data's
+    compute runs past the probe's limit by at least :data:`INPUT_COMPETES` of the step and tf.data's
     threads were busy at least that long each step (their work can explain the loss)."""
     if not probe or not probe.get("step_seconds") or probe.get("get_next_seconds") is None:
         return None
@@ -79,7 +82,7 @@ def input_bound(probe: dict | None, fit: Phase | None, allowed: float,
     # The profiler slows the window's steps: the loss is read from the fit's own median step.
     unprofiled = min(step, fit.step_seconds_p50) if fit and fit.step_seconds_p50 else step
     slowed = max(0.0, unprofiled - wait - compute)
-    competes = slowed if measured and threads >= slowed and slowed >= INPUT_MODERATE * unprofiled else 0.0
+    competes = slowed if measured and threads >= slowed and slowed >= INPUT_COMPETES * unprofiled else 0.0
     share = wait / step + competes / unprofiled if step > 0 else 0.0
     if share < INPUT_MODERATE or step <= 0:
         return None

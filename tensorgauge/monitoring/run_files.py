@@ -5,6 +5,14 @@ Nothing is opened by a name another user could have planted: the directory is
 new and private, files are created with ``O_EXCL | O_NOFOLLOW``, and the job's
 hook opens the events file without ``O_CREAT``, so a process that outlives the
 run cannot bring it back once the directory is removed.
+
+The directory is in RAM (``/dev/shm``) when that is a writable tmpfs with
+:data:`MIN_FREE_BYTES` free, else in the usual temporary directory: on a disk,
+the hook's appends can block while the filesystem commits its journal (the
+store's own syncs, a checkpoint the job just wrote), and each block pauses the
+job. On keras-io's FordA example (an h5 checkpoint most epochs) that was six
+0.6 s pauses, with no CPU used, at the start of the epochs after a save;
+with the events in RAM, none.
 """
 
 from __future__ import annotations
@@ -29,9 +37,25 @@ def create_private(path: str, text: str = "") -> bool:
     return True
 
 
+RAM_DIRECTORY = "/dev/shm"
+MIN_FREE_BYTES = 1 << 30  # a container's default /dev/shm (64 MiB) could fill on a long run: not used
+
+
+def private_parent(ram: str = RAM_DIRECTORY, min_free: int = MIN_FREE_BYTES) -> str | None:
+    """Where to make a run's directory: ``ram`` when usable, else None (the temporary directory)."""
+    try:
+        stats = os.statvfs(ram)
+    except (OSError, AttributeError):
+        return None
+    if not os.access(ram, os.W_OK | os.X_OK) or stats.f_bavail * stats.f_frsize < min_free:
+        return None
+    return ram
+
+
 class RunFiles:
     def __init__(self, run_id: str):
-        self.directory = tempfile.mkdtemp(prefix=f"tensorgauge-{run_id}-")  # 0700, a name nobody could guess
+        # 0700, a name nobody could guess
+        self.directory = tempfile.mkdtemp(prefix=f"tensorgauge-{run_id}-", dir=private_parent())
         self.events_path = os.path.join(self.directory, "events.jsonl")
         self.stop_path = os.path.join(self.directory, "stop")
         if not create_private(self.events_path):
