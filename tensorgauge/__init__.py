@@ -20,7 +20,7 @@ Importing this package is cheap and imports neither TensorFlow nor psutil.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from tensorgauge._version import __version__
 
 __all__ = ["phase", "step", "monitor", "keras", "__version__"]
 

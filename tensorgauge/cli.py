@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-from tensorgauge import __version__
+from tensorgauge._version import __version__
 from tensorgauge.errors import TensorgaugeError
 
 PROG = "tensorgauge"

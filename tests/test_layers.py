@@ -11,14 +11,14 @@ ROOT = Path(tensorgauge.__file__).parent
 LAYERS = [
     ("hook",),  # in the job: the standard library and itself only
     ("scenarios", "bench"),  # jobs run as child processes: they import the hook at most
-    ("errors", "units", "model", "checks", "series", "steps"),
+    ("_version", "errors", "units", "model", "checks", "series", "steps"),
     ("sources",),
     ("store",),
     ("monitoring",),
     ("analyse",),
     ("render", "live"),
     ("commands",),
-    ("cli", "__main__", "api", "keras", "testing", "__init__"),
+    ("cli", "__main__", "api", "keras", "notebook", "testing", "__init__"),
 ]
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names}
 

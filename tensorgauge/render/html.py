@@ -17,7 +17,7 @@ import os
 import shlex
 from pathlib import Path
 
-from tensorgauge import __version__
+from tensorgauge._version import __version__
 from tensorgauge.analyse.timeline import MAX_BINS
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.render import charts

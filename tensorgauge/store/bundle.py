@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorgauge import __version__
+from tensorgauge._version import __version__
 from tensorgauge.checks import ValidationError, check_event_data, check_object, check_record, check_sample
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.model import BUDGET_FIELDS, ENV_PARTS, GPU_LIMIT_FIELDS, Event, RunRecord, Sample
