@@ -23,8 +23,15 @@ import shlex
 REPORT_HEIGHT_PX = 720
 
 
+class _Parser(argparse.ArgumentParser):
+    """Errors raised, not printed with the usage and a SystemExit (which a kernel shows as a traceback)."""
+
+    def error(self, message: str):
+        raise ValueError(message)
+
+
 def _parser(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, add_help=False, exit_on_error=False)
+    parser = _Parser(prog=prog, add_help=False, exit_on_error=False)
     parser.add_argument("--name", help="a name for the run")
     parser.add_argument("--store", metavar="PATH", help="the store (default: as tensorgauge run)")
     parser.add_argument("--interval", type=float, default=0.1, metavar="S", help="seconds between samples")

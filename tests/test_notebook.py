@@ -58,3 +58,13 @@ def test_a_cell_recorded_by_the_magic_is_in_the_store_and_its_report_in_the_cell
     # A failing cell: its error is the cell's, and its run is stored all the same.
     assert "ValueError: the cell fails" in outputs(cells[4], "text/plain")
     assert any(r.name == "nb-error" for r in Store.open(store_path).runs())
+
+
+def test_a_line_magic_without_its_verb_says_so_in_one_line(capsys):
+    from tensorgauge.notebook import line_magic
+
+    line_magic("")
+    line_magic("bogus")
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "tensorgauge: the following arguments are required: what"
+    assert out[1].startswith("tensorgauge: argument what: invalid choice: 'bogus'") and len(out) == 2

@@ -64,12 +64,8 @@ def send_fit_config(model, args: list, kwargs: dict) -> None:
         is_dataset = tf is not None and isinstance(x, tf.data.Dataset)
         if is_dataset and batch_size is None:
             batch_size = _dataset_batch_size(x)
-        threading = tf.config.threading if tf else None
         channel().emit(Kind.FIT_CONFIG, backend=keras_backend(model),
-                       run_eagerly=bool(getattr(model, "run_eagerly", False)),
-                       intra_op_threads=threading.get_intra_op_parallelism_threads() if threading else None,
-                       inter_op_threads=threading.get_inter_op_parallelism_threads() if threading else None,
-                       functions_run_eagerly=bool(tf.config.functions_run_eagerly()) if tf else None,
+                       run_eagerly=bool(getattr(model, "run_eagerly", False)), **_runtime_facts(tf),
                        jit_compile=str(getattr(model, "jit_compile", None)),
                        steps_per_execution=_plain_int(getattr(model, "steps_per_execution", 1)),
                        batch_size=int(batch_size) if batch_size else (None if is_dataset else 32),
@@ -84,19 +80,28 @@ def send_loop_config(dataset, eager: bool) -> None:
     """What a custom training loop's first step says about speed: its thread pools and, when it
     reads a ``tf.data.Dataset`` (and diagnosis is on), that pipeline's facts, as for fit."""
     try:
-        tf = sys.modules.get("tensorflow")
-        threading = tf.config.threading if tf else None
         batch_size = (_dataset_batch_size(dataset) or _batch_stage_size(dataset)) if dataset is not None else None
-        inspect = dataset is not None and (mode() or os.environ.get(WINDOW_ENV, "0") not in ("", "0"))
+        inspect = dataset is not None and _pipeline_asked()
         channel().emit(Kind.FIT_CONFIG, loop=True, eager=eager, run_eagerly=False,
-                       intra_op_threads=threading.get_intra_op_parallelism_threads() if threading else None,
-                       inter_op_threads=threading.get_inter_op_parallelism_threads() if threading else None,
-                       functions_run_eagerly=bool(tf.config.functions_run_eagerly()) if tf else None,
+                       **_runtime_facts(sys.modules.get("tensorflow")),
                        jit_compile="None", steps_per_execution=1, epochs=None,
                        batch_size=int(batch_size) if batch_size else None, dataset=dataset is not None,
                        **(_dataset_facts(dataset, batch_size) if inspect else {}))
     except Exception:
         pass
+
+
+def _runtime_facts(tf) -> dict:
+    """TensorFlow's thread pools and whether tf.functions run eagerly (None without TensorFlow)."""
+    threading = tf.config.threading if tf else None
+    return {"intra_op_threads": threading.get_intra_op_parallelism_threads() if threading else None,
+            "inter_op_threads": threading.get_inter_op_parallelism_threads() if threading else None,
+            "functions_run_eagerly": bool(tf.config.functions_run_eagerly()) if tf else None}
+
+
+def _pipeline_asked() -> bool:
+    """Looking into the training pipeline was asked for: diagnosis on, or a --try-fixes window."""
+    return bool(mode() or os.environ.get(WINDOW_ENV, "0") not in ("", "0"))
 
 
 def _plain_int(value) -> int | None:
@@ -108,7 +113,7 @@ def _plain_int(value) -> int | None:
 def _inspect_dataset(tf, model) -> bool:
     """Look into fit's pipeline only when asked to (--diagnose, --try-fixes), and never under a
     distribution strategy (TensorFlow's multi-worker runtime is fragile: see the README)."""
-    if not (mode() or os.environ.get(WINDOW_ENV, "0") not in ("", "0")):
+    if not _pipeline_asked():
         return False
     strategy = getattr(model, "distribute_strategy", None)
     return strategy is None or not tf.distribute.has_strategy() and type(strategy).__name__.startswith("_Default")

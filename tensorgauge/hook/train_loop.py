@@ -21,6 +21,7 @@ exit.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import statistics
 import sys
@@ -151,11 +152,10 @@ class TrainLoop:
         model = self.taped[0]()
         if model is None:
             return
-        _busy.model = _busy.update = True  # its own model calls and updates are not the loop's
         try:
-            eager_probe.probe(model, self.optimizer() if self.optimizer else None, self.taped[1], self.taped[2])
+            with _marked("model", "update"):  # its own model calls and updates are not the loop's
+                eager_probe.probe(model, self.optimizer() if self.optimizer else None, self.taped[1], self.taped[2])
         finally:
-            _busy.model = _busy.update = False
             with self.lock:
                 self._advance(self.clock(), self.cpu())
 
@@ -220,6 +220,18 @@ def _nested(what: str) -> bool:
     return getattr(_busy, what, False)
 
 
+@contextlib.contextmanager
+def _marked(*what: str):
+    """Inside, calls of these kinds ("update", "model", "call") are part of this one, not the loop's."""
+    for name in what:
+        setattr(_busy, name, True)
+    try:
+        yield
+    finally:
+        for name in what:
+            setattr(_busy, name, False)
+
+
 def _in_keras_phase() -> bool:
     return any(agent().inside(kind) for kind in _KERAS_PHASES)
 
@@ -234,23 +246,22 @@ def _wrap_update(original, executing_eagerly):
     def update(self, *args, **kwargs):
         if _nested("update") or _in_keras_phase():
             return original(self, *args, **kwargs)
-        _busy.update = True
-        try:
+        with _marked("update"):
             result = original(self, *args, **kwargs)
-        finally:
-            _busy.update = False
+        stepped = False
         try:
             if executing_eagerly():
                 _loop.optimizer = weakref.ref(self)
                 _loop.train_step(None, eager=True)
                 _loop.after_eager_step()
+                stepped = True
             else:
                 for key in _user_functions_tracing():
                     _train_functions.add(key)
-                return result
         except Exception:
-            return result
-        _loop.after_step()
+            pass
+        if stepped:
+            _loop.after_step()  # may end the job (a --try-fixes window): outside the guard
         return result
 
     return update
@@ -263,11 +274,8 @@ def _wrap_model_call(original, executing_eagerly, recording):
         if _nested("model") or _in_keras_phase():
             return original(self, *args, **kwargs)
         began = time.monotonic()
-        _busy.model = True
-        try:
+        with _marked("model"):
             result = original(self, *args, **kwargs)
-        finally:
-            _busy.model = False
         try:
             if executing_eagerly():
                 if recording():
@@ -291,24 +299,21 @@ def _wrap_function_call(original):
         if _nested("call"):
             return original(self, *args, **kwargs)
         began = time.monotonic()
-        _busy.call = True
-        try:
+        with _marked("call"):
             result = original(self, *args, **kwargs)
-        finally:
-            _busy.call = False
+        stepped = False
         try:
             key = getattr(self, "_function_captures", None)
-            if key is None or _in_keras_phase():
-                return result
-            if key in _train_functions:
-                _loop.train_step(began, eager=False)
-            else:
-                if key in _model_functions and _loop.phase is not None:
+            if key is not None and not _in_keras_phase():
+                if key in _train_functions:
+                    _loop.train_step(began, eager=False)
+                    stepped = True
+                elif key in _model_functions and _loop.phase is not None:
                     _loop.eval_step(began)
-                return result
         except Exception:
-            return result
-        _loop.after_step()
+            pass
+        if stepped:
+            _loop.after_step()  # may end the job (a --try-fixes window): outside the guard
         return result
 
     return call
