@@ -1,11 +1,12 @@
 """Where weights and ops run: the ``devices`` audit summarised, and placement findings
 for a recorded run (pure: from raw facts and events).
 
-Findings: ``gpu_not_visible`` (the driver has a GPU, TensorFlow does not),
-``gpu_unused`` (TensorFlow sees a GPU, the work runs on the CPU),
+Findings: ``gpu_not_visible`` (the driver has a GPU, the job's framework does not),
+``gpu_unused`` (the framework sees a GPU, the work runs on the CPU),
 ``variables_on_cpu`` (weights on the CPU while a GPU is visible),
 ``host_device_copies`` (many host<->device copies per step). On a machine
 without a GPU none applies: everything running on the CPU is expected there.
+The framework is TensorFlow, or the Keras 3 backend (JAX, PyTorch) when the job runs on one.
 """
 
 from __future__ import annotations
@@ -22,6 +23,17 @@ TOP_OPS = 5
 GPU_IDLE_UTIL = 5.0  # % mean GPU utilisation during fit under which the GPU counts as unused
 COPIES_PER_STEP = 8  # host<->device copies per step worth reporting (a step's batch needs one or two)
 INSTALL_CUDA = "pip install 'tensorflow[and-cuda]'"
+FRAMEWORKS = {"jax": "JAX", "torch": "PyTorch"}  # Keras 3 backends other than TensorFlow, by KERAS_BACKEND
+
+
+def framework(job: dict) -> str:
+    """What runs the job's model: 'TensorFlow', 'JAX' or 'PyTorch'."""
+    return FRAMEWORKS.get(job.get("keras_backend") or "", "TensorFlow")
+
+
+def gpus_seen(job: dict) -> int | None:
+    """The GPUs the job's framework sees (None when it has not said)."""
+    return job.get("backend_gpus") if job.get("keras_backend") in FRAMEWORKS else job.get("gpus_visible")
 
 
 def _op_device(event: dict, node_devices: dict[str, str]) -> str:
@@ -104,18 +116,30 @@ def audit_findings(summary: dict, raw: dict) -> list[Finding]:
     return findings
 
 
-def variables_on_cpu(on_cpu: int, total: int, load_device: str | None) -> Finding:
+BACKEND_PLACEMENT_FIX = (
+    "Keras creates a model's variables on the backend's default device, the GPU when {name} sees one: look for "
+    "a with keras.device('cpu') (or jax.default_device / torch.device scope) around the model's creation or "
+    "loading{torch}, and create it under with keras.device('gpu:0') to choose.")
+
+
+def variables_on_cpu(on_cpu: int, total: int, load_device: str | None, job: dict | None = None) -> Finding:
+    job = job or {}
     scoped = f" (it was loaded under tf.device('{load_device}'))" if load_device and "CPU" in load_device else ""
+    if job.get("keras_backend") in FRAMEWORKS:
+        fix = BACKEND_PLACEMENT_FIX.format(name=framework(job), torch=", or a .to('cpu') on the model"
+                                           if job["keras_backend"] == "torch" else "")
+    else:
+        fix = ("Load the model without a CPU device scope: tf.saved_model.load and keras.saving.load_model place "
+               "variables on the GPU when one is visible. To choose, load under with tf.device('/GPU:0') (or "
+               "keras.device('gpu:0')); for a SavedModel, tf.saved_model.LoadOptions(experimental_io_device=...) "
+               "changes only where files are read, not where variables live.")
     return Finding(
         id="variables_on_cpu", severity="high",
-        title=f"{format_bytes(on_cpu)} of {format_bytes(total)} of weights are on the CPU although a GPU is "
-              f"visible{scoped}",
-        evidence={"weights_on_cpu_bytes": on_cpu, "weights_bytes": total, "load_device": load_device},
-        fix="Load the model without a CPU device scope: tf.saved_model.load and keras.saving.load_model place "
-            "variables on the GPU when one is visible. To choose, load under with tf.device('/GPU:0') (or "
-            "keras.device('gpu:0')); for a SavedModel, tf.saved_model.LoadOptions(experimental_io_device=...) "
-            "changes only where files are read, not where variables live.",
-        expected_gain="no host-to-GPU copy of the weights in every call")
+        title=f"{format_bytes(on_cpu)} of {format_bytes(total)} of weights are on the CPU although {framework(job)} "
+              f"sees a GPU{scoped}",
+        evidence={"weights_on_cpu_bytes": on_cpu, "weights_bytes": total, "load_device": load_device,
+                  "framework": framework(job)},
+        fix=fix, expected_gain="no host-to-GPU copy of the weights in every call")
 
 
 def _gpu_reason(host: dict, job: dict) -> tuple[str, str]:
@@ -134,16 +158,34 @@ def _gpu_reason(host: dict, job: dict) -> tuple[str, str]:
             "could not load.")
 
 
+def _backend_gpu_reason(job: dict) -> tuple[str, str]:
+    """Why JAX or PyTorch cannot see the driver's GPU, and the fix."""
+    if job.get("keras_backend") == "jax":
+        return ("this JAX has no CUDA plugin (jax.devices() lists only the CPU)",
+                "Install JAX with CUDA: pip install -U 'jax[cuda12]' (Linux), then check with "
+                "python -c \"import jax; print(jax.devices())\".")
+    if not job.get("backend_cuda"):
+        return ("this PyTorch is a CPU-only build (torch.version.cuda is None)",
+                "Install a CUDA build of PyTorch (the install selector on PyTorch's site gives the command for "
+                "your CUDA), then check with python -c \"import torch; print(torch.cuda.is_available())\".")
+    return (f"PyTorch was built for CUDA {job['backend_cuda']} and found no usable device: the driver is too old "
+            "for that CUDA, or CUDA_VISIBLE_DEVICES hides the GPU",
+            "Upgrade the driver to one that supports that CUDA (or install the PyTorch build for your driver's "
+            "CUDA), and check CUDA_VISIBLE_DEVICES.")
+
+
 def gpu_not_visible(host: dict, job: dict) -> Finding | None:
-    """The driver (NVML) shows a GPU, TensorFlow lists none: why, and the fix."""
-    if not host.get("gpus") or job.get("gpus_visible") != 0:
+    """The driver (NVML) shows a GPU, the job's framework lists none: why, and the fix."""
+    if not host.get("gpus") or gpus_seen(job) != 0:
         return None
-    reason, fix = _gpu_reason(host, job)
+    reason, fix = _backend_gpu_reason(job) if job.get("keras_backend") in FRAMEWORKS else _gpu_reason(host, job)
+    evidence = ({"backend": job["keras_backend"], "backend_devices": job.get("backend_devices"),
+                 "backend_cuda": job.get("backend_cuda")} if job.get("keras_backend") in FRAMEWORKS else
+                {"tf_build": job.get("tf_build"), "devices_physical": job.get("devices_physical")})
     return Finding(id="gpu_not_visible", severity="high",
                    title=f"The NVIDIA driver ({host.get('nvidia_driver')}) shows {', '.join(host['gpus'])} "
-                         f"but TensorFlow does not: {reason}",
-                   evidence={"nvidia_driver": host.get("nvidia_driver"), "gpus": host["gpus"],
-                             "tf_build": job.get("tf_build"), "devices_physical": job.get("devices_physical")},
+                         f"but {framework(job)} does not: {reason}",
+                   evidence={"nvidia_driver": host.get("nvidia_driver"), "gpus": host["gpus"], **evidence},
                    fix=fix, expected_gain=None)
 
 
@@ -155,37 +197,43 @@ def _gpu_not_visible(f: RunFacts) -> Finding | None:
 @rule("variables_on_cpu", category="placement")
 def _variables_on_cpu(f: RunFacts) -> Finding | None:
     placed = f.last(Kind.PLACEMENT)
-    if not f.job.get("gpus_visible") or placed is None:
+    if not gpus_seen(f.job) or placed is None:
         return None
     held: dict[str, int] = {name: d["bytes"] for name, d in (placed.get("devices") or {}).items()
                             if isinstance(d, dict) and isinstance(d.get("bytes"), int) and d["bytes"] >= 0}
     total = sum(held.values())
     on_cpu = sum(b for name, b in held.items() if name.startswith("CPU"))
-    return variables_on_cpu(on_cpu, total, None) if total and on_cpu > total / 2 else None
+    return variables_on_cpu(on_cpu, total, None, f.job) if total and on_cpu > total / 2 else None
 
 
 @rule("gpu_unused", category="placement")
 def gpu_unused(f: RunFacts) -> Finding | None:
-    visible, fit = f.job.get("gpus_visible"), f.fit
+    visible, fit = gpus_seen(f.job), f.fit
     if not visible or fit is None or fit.wall_seconds < 1.0 or fit.gpu_util_mean is None:
         return None
     if fit.gpu_util_mean >= GPU_IDLE_UTIL or fit.cores_busy_mean < 0.5:
         return None
+    placed = f.last(Kind.PLACEMENT)
+    weights = {name: d.get("bytes") for name, d in ((placed or {}).get("devices") or {}).items() if isinstance(d, dict)}
+    if f.job.get("keras_backend") in FRAMEWORKS:
+        fix = ("Look for a with keras.device('cpu') scope (or jax.default_device, torch.device) around the model's "
+               "creation or fit, a model moved with .to('cpu'), or CUDA_VISIBLE_DEVICES hiding the GPU.")
+    else:
+        fix = ("Look for a with tf.device('/CPU:0') scope around the model or fit, CUDA_VISIBLE_DEVICES or "
+               "tf.config.set_visible_devices hiding the GPU from this process; run "
+               "'tensorgauge devices MODEL' to see where the weights and ops are.")
     return Finding(
         id="gpu_unused", severity="high",
-        title=f"TensorFlow sees {visible} GPU(s) but training ran on the CPU: GPU busy "
+        title=f"{framework(f.job)} sees {visible} GPU(s) but training ran on the CPU: GPU busy "
               f"{fit.gpu_util_mean:.0f}% on average, {fit.cores_busy_mean:.2f} cores busy",
         evidence={"gpus_visible": visible, "fit_gpu_util_mean": fit.gpu_util_mean,
-                  "fit_cores_busy_mean": round(fit.cores_busy_mean, 2)},
-        fix="Look for a with tf.device('/CPU:0') scope around the model or fit, CUDA_VISIBLE_DEVICES or "
-            "tf.config.set_visible_devices hiding the GPU from this process; run "
-            "'tensorgauge devices MODEL' to see where the weights and ops are.",
-        expected_gain=None)
+                  "fit_cores_busy_mean": round(fit.cores_busy_mean, 2), "weights_by_device": weights or None},
+        fix=fix, expected_gain=None)
 
 
 @rule("host_device_copies", category="placement")
 def host_device_copies(f: RunFacts) -> Finding | None:
-    if not f.job.get("gpus_visible"):
+    if not gpus_seen(f.job):
         return None
     probe = next((e.data for e in f.of_kind(Kind.INPUT_PROBE) if e.data.get("copies")), None)
     if not probe:
