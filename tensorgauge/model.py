@@ -159,7 +159,8 @@ JOB_FIELDS = {"python": "text?", "executable": "text?", "thread_env": "text_map?
               "numpy_version": "text?", "blas": "objects?", "tensorflow_version": "text?", "tf_build": "object?",
               "onednn_enabled": "bool?", "devices_physical": "texts?", "gpus_visible": "int?",
               "intra_op_threads": "int?", "inter_op_threads": "int?", "keras_version": "text?",
-              "keras_backend": "text?", "backend_version": "text?"}
+              "keras_backend": "text?", "backend_version": "text?", "backend_devices": "texts?",
+              "backend_gpus": "int?", "backend_cuda": "text?"}
 WORKER_FIELDS = {"task_type": "text?", "task_index": "int?", "worker": "text?", "cluster": "object?"}
 ENV_PARTS = {"host": HOST_FIELDS, "job": JOB_FIELDS, "worker": WORKER_FIELDS}
 BUDGET_FIELDS = {"max_memory_bytes": "int?", "max_cpus": "number?", "max_gpu_memory_bytes": "int?",
@@ -190,9 +191,11 @@ class Phase:
     step_seconds_p50: float | None = None
     step_seconds_p95: float | None = None
     step_seconds_max: float | None = None
+    step_seconds_first: float | None = None  # the first step: it traces and compiles (or builds) the step
     gpu_util_mean: float | None = None
     gpu_util_peak: float | None = None
-    gpu_memory_peak_bytes: int | None = None
+    gpu_memory_peak_bytes: int | None = None  # the GPUs' memory used (every process's)
+    gpu_job_memory_peak_bytes: int | None = None  # of that, the job's own processes' (NVML's per-process figure)
     complete: bool = True  # False when the job ended inside the phase
     error: str | None = None  # the exception's type when the phase ended by one
 

@@ -1,5 +1,6 @@
 """The input split of a run's training: how much of a step waits for input, and the compute-only
-limit, as measured in the job (see :mod:`tensorgauge.hook.input_window`), or why it was not.
+limit, as measured in the job (see :mod:`tensorgauge.hook.input_window`; on Keras' JAX and
+PyTorch backends :mod:`tensorgauge.hook.fit_input`), or why it was not.
 
 Pure: from the run's events and phases. In ``show`` and in the JSON of every run that trains
 (``input_split``; null for a run without training).
@@ -36,6 +37,9 @@ def input_split(events: list[Event], phases: list[Phase]) -> dict | None:
     loop = next((e.data for e in reversed(events) if e.kind == Kind.LOOP_INPUT), None)  # the latest sums
     if loop is not None and fit.name == TRAIN_LOOP:
         return _loop_split(loop)
+    timed = fit_input(events, fit)
+    if timed is not None:
+        return _backend_split(timed, fit)
     window, probe = _first(events, Kind.INPUT_PROBE), _first(events, Kind.COMPUTE_PROBE)
     if window is None:
         why = (f"the fit ran {fit.steps} steps, fewer than the {WINDOW_START + 1} the window waits for"
@@ -61,6 +65,29 @@ def input_split(events: list[Event], phases: list[Phase]) -> dict | None:
         else:
             split["compute_probe"] = "not timed: " + str(probe.get("skipped") or probe.get("error"))
     return split
+
+
+def fit_input(events: list[Event], fit: Phase) -> dict | None:
+    """The ``fit_input`` event of ``fit`` (a fit on Keras' JAX or PyTorch backend), if any."""
+    return next((e.data for e in events if e.kind == Kind.FIT_INPUT and fit.start - 1e-6 <= e.t <= fit.end + 1e-6
+                 and (e.data.get("batches") or 0) >= 2), None)
+
+
+def backend_input_wait(timed: dict, fit: Phase) -> float:
+    """Seconds a step of ``fit`` waited in Keras' data iterator: the batches after the first (which
+    starts the iterator; Keras' build of the model reads it), as many per step as the fit took."""
+    later = timed["batches"] - 1
+    per_batch = max(0.0, timed["seconds"] - (timed.get("first_seconds") or 0.0)) / later
+    return per_batch * max(1, round(later / max(1, fit.steps or later)))
+
+
+def _backend_split(timed: dict, fit: Phase) -> dict:
+    step, wait = fit.step_seconds_p50, round(backend_input_wait(timed, fit), 7)
+    return {"measured": True, "measured_by": f"next() on Keras' data iterator ({timed.get('backend')} backend)",
+            "steps": fit.steps, "step_seconds": step, "input_wait_seconds": wait,
+            "input_share": round(min(wait, step) / step, 4) if step else None,
+            "input_work_seconds": None, "input_threads_busy_seconds": None, "compute_only_step_seconds": None,
+            "compute_probe": None, "cost_seconds": 0.0, "allowance_seconds": None}
 
 
 def _loop_split(loop: dict) -> dict:

@@ -57,6 +57,7 @@ class Kind:
     XLA_PROBE = "xla_probe"  # fit's XLA-compiled step against the same step without XLA, on a CPU
     EAGER_PROBE = "eager_probe"  # a custom loop's model, forward and backward, eager against in a tf.function
     LOOP_INPUT = "loop_input"  # a custom training loop's steps and the time its next() calls waited
+    FIT_INPUT = "fit_input"  # a fit on JAX or PyTorch: the time Keras' data iterator took for its batches
     STEP_DIGEST = "step_digest"  # written by the monitor: a phase's steps, compactly (tensorgauge.steps)
 
 
@@ -247,6 +248,13 @@ class LoopInput(Common, total=False):
     eval_steps: int  # model calls without gradients between training steps
 
 
+class FitInput(Common, total=False):
+    backend: str  # Keras' backend: jax, torch
+    batches: int  # next() calls on the fit's data iterator (steps x steps_per_execution)
+    seconds: float  # all of them
+    first_seconds: float  # the first (it starts the iterator)
+
+
 class BenchResult(Common, total=False):
     name: str
     group: str
@@ -265,5 +273,5 @@ PAYLOADS: dict[str, type] = {
     Kind.BUDGET_GPU_MEMORY: BudgetGpuMemory, Kind.BENCH_RESULT: BenchResult, Kind.STEP_DIGEST: StepDigest,
     Kind.PREDICT_PROBE: PredictProbe, Kind.MODELS_BUILT: ModelsBuilt, Kind.LOOP_INPUT: LoopInput,
     Kind.XLA_PROBE: XlaProbe,
-    Kind.EAGER_PROBE: EagerProbe,
+    Kind.EAGER_PROBE: EagerProbe, Kind.FIT_INPUT: FitInput,
 }
