@@ -64,8 +64,10 @@ def send_fit_config(model, args: list, kwargs: dict) -> None:
         is_dataset = tf is not None and isinstance(x, tf.data.Dataset)
         if is_dataset and batch_size is None:
             batch_size = _dataset_batch_size(x)
-        channel().emit(Kind.FIT_CONFIG, backend=keras_backend(model),
-                       run_eagerly=bool(getattr(model, "run_eagerly", False)), **_runtime_facts(tf),
+        backend = keras_backend(model)
+        # TensorFlow's pools run a TensorFlow fit only (on JAX, Keras imports TensorFlow for its data adapters).
+        channel().emit(Kind.FIT_CONFIG, backend=backend, run_eagerly=bool(getattr(model, "run_eagerly", False)),
+                       **_runtime_facts(tf if backend == "tensorflow" else None),
                        jit_compile=str(getattr(model, "jit_compile", None)),
                        steps_per_execution=_plain_int(getattr(model, "steps_per_execution", 1)),
                        batch_size=int(batch_size) if batch_size else (None if is_dataset else 32),

@@ -17,7 +17,8 @@ Fixes:
 - ``cache``: every ``Dataset.map`` is followed by ``.cache()`` (in memory), so
   each map runs once and later epochs read its results; timed in the second
   epoch (``$TENSORGAUGE_WINDOW_WARMUP`` steps of warm-up cover the first).
-- ``no_eager``: ``run_eagerly`` off and ``tf.config.run_functions_eagerly(False)``.
+- ``no_eager``: ``run_eagerly`` off and ``tf.config.run_functions_eagerly(False)``; on JAX
+  also ``jit_compile`` on (a JAX step without it runs eagerly).
 - ``no_jit``: ``model.jit_compile = False`` (fit's steps built without XLA).
 - ``threads``: TensorFlow's thread pools sized to the CPUs allowed (the
   runner sets the environment; in-code ``set_*_parallelism_threads`` calls are ignored).
@@ -90,6 +91,11 @@ def apply_fit(model, args: list, kwargs: dict) -> None:
         model.run_eagerly = False
         if tf is not None:
             tf.config.run_functions_eagerly(False)
+        from tensorgauge.hook.diagnose import keras_backend
+
+        if keras_backend(model) == "jax" and getattr(model, "jit_compile", True) is False:
+            model.jit_compile = True  # on JAX a step without jit runs eagerly
+            model.train_function = None  # built again, jitted
     if "prefetch" in fixes and tf is not None:
         if args and isinstance(args[0], tf.data.Dataset):
             args[0] = args[0].prefetch(tf.data.AUTOTUNE)

@@ -32,7 +32,7 @@ CANDIDATES = {
     "prefetch": "dataset.prefetch(tf.data.AUTOTUNE) on the training input",
     "parallel_map,prefetch": "both of the above",
     "cache": ".cache() after each map (sound for a deterministic map)",
-    "no_eager": "model.run_eagerly = False, tf.config.run_functions_eagerly(False)",
+    "no_eager": "model.run_eagerly = False, tf.config.run_functions_eagerly(False) (on JAX: jit_compile = True)",
     "threads": "TensorFlow's thread pools sized to the CPUs allowed",
     "no_jit": "model.jit_compile = False (no XLA)",
 }
@@ -132,16 +132,22 @@ def applicable(config: dict, job: dict, cores_allowed: float, steps: int = 20, s
             not_tried["cache"] = blocker
         else:
             fixes.append("cache")
-    if config.get("run_eagerly") or config.get("functions_run_eagerly"):
+    backend = config.get("backend") or "tensorflow"
+    if backend == "jax" and (config.get("run_eagerly") or config.get("jit_compile") == "False"):
+        fixes.append("no_eager")  # on JAX: jit_compile back on
+    elif backend == "tensorflow" and (config.get("run_eagerly") or config.get("functions_run_eagerly")):
         fixes.append("no_eager")
     elif config.get("loop") and config.get("eager"):
         not_tried["no_eager"] = ("an eager custom loop cannot be compiled from outside: decorate its step with "
                                  "@tf.function; 'tensorgauge run --diagnose' measures the gain (eager_execution)")
-    if config.get("jit_compile") == "True":
+    if config.get("jit_compile") == "True" and backend == "tensorflow":  # on JAX, no XLA means eager
         fixes.append("no_jit")
     limits = [n for n in (config.get("intra_op_threads"),
                           int((job.get("thread_env") or {}).get("TF_NUM_INTRAOP_THREADS", 0))) if n]
-    if limits and min(limits) < cores_allowed:
+    if backend != "tensorflow":
+        not_tried["threads"] = (f"TensorFlow's thread pools do not run a {backend} fit (XLA's or PyTorch's own "
+                                "threads do)")
+    elif limits and min(limits) < cores_allowed:
         fixes.append("threads")
     return fixes, not_tried
 
