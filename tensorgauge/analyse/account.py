@@ -37,6 +37,9 @@ def shutdown(events: Sequence[Event], cpu_total: float, wall_seconds: float) -> 
     return max(0.0, wall_seconds - exits[0].t), max(0.0, cpu_total - exits[0].data["cpu"])
 
 
+MODULE_WORDS = {"tensorflow": "TensorFlow", "keras": "Keras", "jax": "JAX", "torch": "PyTorch"}
+
+
 def account(phases: list[Phase], summary: Summary, wall_seconds: float, cores_allowed: float | None,
             events: Sequence[Event] = ()) -> list[str]:
     """Sentences, most telling first."""
@@ -68,7 +71,10 @@ def account(phases: list[Phase], summary: Summary, wall_seconds: float, cores_al
     import_wall = next((k[1] for k in by_kind if k[0] == "import"), 0.0)
     fit_wall = next((k[1] for k in by_kind if k[0] == "fit"), 0.0)
     if import_wall and fit_wall and import_wall > fit_wall:
-        lines.append(f"Importing TensorFlow ({format_seconds(import_wall)}) took longer than training "
+        modules = dict.fromkeys(MODULE_WORDS.get(p.name.removeprefix("import "), p.name.removeprefix("import "))
+                                for p in phases if p.kind == "import")
+        lines.append(f"Importing {' and '.join(modules) or 'TensorFlow'} ({format_seconds(import_wall)}) took longer "
+                     "than training "
                      f"({format_seconds(fit_wall)}): for short jobs start-up dominates.")
 
     busy = [(k, cpu / wall) for k, wall, cpu, _ in by_kind if wall > 0.05]

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tensorgauge.analyse.bench import bench_results
+from tensorgauge.analyse.placement import gpus_seen
 from tensorgauge.hook.protocol import Kind
 
 SIGNIFICANT = 1.10  # a result that changed by 10% or more (either way) needs an explanation
@@ -73,9 +74,31 @@ def _backend(side: Side):
     return f"{backend} {side.job.get('backend_version') or ''}".strip() if backend else None
 
 
-def _jit(side: Side):
-    configs = [e.data for e in side.report.events if e.kind == Kind.FIT_CONFIG]
-    return configs[0].get("jit_compile") if configs else None
+def _step_compile(side: Side) -> str | None:
+    """How the first fit's (or custom loop's) step runs, in the words of its backend."""
+    config = next((e.data for e in side.report.events if e.kind == Kind.FIT_CONFIG), None)
+    if config is None:
+        return None
+    if config.get("loop"):
+        return "eager loop" if config.get("eager") else "tf.function loop"
+    backend = config.get("backend") or "tensorflow"
+    eager, jit = config.get("run_eagerly") or config.get("functions_run_eagerly"), config.get("jit_compile") == "True"
+    if backend == "jax":
+        return "eager (JAX ops one by one)" if eager or not jit else "jax.jit (XLA)"
+    if backend == "torch":
+        return "torch.compile" if jit and not eager else "eager (PyTorch)"
+    return "eager (run_eagerly)" if eager else "tf.function graph, XLA" if jit else "tf.function graph"
+
+
+def _input_path(side: Side) -> str | None:
+    """How batches reach the step: tf.data inside TensorFlow's compiled step, or Keras' Python iterator
+    converting them for JAX or PyTorch (measured as the steps' input wait)."""
+    backend = side.job.get("keras_backend")
+    if backend is None:
+        return None
+    if backend == "tensorflow":
+        return "tf.data, inside the compiled step"
+    return f"Keras' Python iterator, converted to {backend} tensors"
 
 
 CAUSES = [
@@ -90,7 +113,8 @@ CAUSES = [
           "wider vector units (AVX-512, AMX) run more floating-point work per cycle"),
     Cause("tensorflow", "TensorFlow version", lambda s: s.job.get("tensorflow_version"), TENSORFLOW,
           "kernels, graph optimisations and defaults change between releases"),
-    Cause("backend", "Keras backend", _backend, ("import", "keras", "fit", "epoch", "evaluate", "predict", "save", "load"),
+    Cause("backend", "Keras backend", _backend,
+          ("import", "keras", "fit", "epoch", "evaluate", "predict", "save", "load", "compile", "input", "memory"),
           "the framework that runs the model: how it compiles the step (TensorFlow graphs, XLA on JAX, eager "
           "PyTorch), its kernels, and the conversion of NumPy or tf.data batches into its tensors"),
     Cause("keras", "Keras version", lambda s: s.job.get("keras_version"), ("keras", "fit", "evaluate", "predict"),
@@ -100,10 +124,14 @@ CAUSES = [
           if s.job.get("tf_build") else None, TENSORFLOW, "which GPU kernels TensorFlow can use"),
     Cause("gpu", "GPUs", lambda s: tuple(s.host.get("gpus") or ()) or None, TENSORFLOW,
           "whether and on what the TensorFlow work runs off the CPU"),
-    Cause("gpus_visible", "GPUs visible to TensorFlow", lambda s: s.job.get("gpus_visible"), TENSORFLOW,
-          "a GPU TensorFlow cannot see does no work"),
-    Cause("xla", "XLA (jit_compile)", _jit, ("keras", "fit", "epoch", "evaluate", "predict"),
-          "XLA compiles the step into fused kernels"),
+    Cause("gpus_visible", "GPUs visible to the job's framework", lambda s: gpus_seen(s.job), TENSORFLOW,
+          "a GPU the framework (TensorFlow, JAX, PyTorch) cannot see does no work"),
+    Cause("compile", "how the step runs (jit_compile, run_eagerly)", _step_compile,
+          ("keras", "fit", "epoch", "evaluate", "predict", "compile"),
+          "the cost of the first step (tracing, compiling: XLA, torch.compile) against the speed of every later "
+          "one; an eager step dispatches each op from Python"),
+    Cause("input", "how batches reach the step", _input_path, ("input",),
+          "the per-step cost of making each batch and converting it (NumPy or tf.data) into the backend's tensors"),
     Cause("tf_threads", "TensorFlow thread pools",
           lambda s: (s.job.get("intra_op_threads"), s.job.get("inter_op_threads"),
                      _env_var(s, "TF_NUM_INTRAOP_THREADS"), _env_var(s, "TF_NUM_INTEROP_THREADS"))
@@ -146,6 +174,16 @@ class Comparison:
     results: list[Result] = field(default_factory=list)
     explanations: list[dict] = field(default_factory=list)
     unexplained: list[Result] = field(default_factory=list)
+    largest: Result | None = None  # the significant phase result that changed most
+
+    @property
+    def headline(self) -> str | None:
+        """Where the two runs differ most, in one line."""
+        r = self.largest
+        if r is None:
+            return None
+        return (f"They differ most in {r.name}: B is {format_slowdown(r.slowdown, r.unit)} "
+                f"({format_figure(r.a, r.unit)} -> {format_figure(r.b, r.unit)}).")
 
     def to_dict(self) -> dict:
         def side(s: Side) -> dict:
@@ -155,7 +193,8 @@ class Comparison:
 
         return {"schema": "tensorgauge.compare/1", "a": side(self.a), "b": side(self.b),
                 "environment": self.environment, "results": [r.to_dict() for r in self.results],
-                "explanations": self.explanations, "unexplained": [r.to_dict() for r in self.unexplained]}
+                "explanations": self.explanations, "unexplained": [r.to_dict() for r in self.unexplained],
+                "largest": self.largest.to_dict() if self.largest else None, "headline": self.headline}
 
 
 def _plain(value: Any) -> Any:
@@ -188,8 +227,48 @@ def _positive(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 and math.isfinite(value)
 
 
+def _input_wait(side: Side) -> float | None:
+    split = side.report.input_split or {}
+    return split.get("input_wait_seconds") if split.get("measured") else None
+
+
+MODEL_CALLS = ("fit", "evaluate", "predict")
+AMOUNTS = ("CPU-s", "bytes")  # results that are amounts used, not speeds: B uses more or less
+MIN_CPU_SECONDS = 0.05  # a phase's CPU time worth comparing
+
+
+def _call_results(p, q, a: Side, b: Side) -> list[Result]:
+    """A fit, evaluate or predict against its match: the first step (trace, compile), the steady step,
+    for the main fit its input wait and compute per step, CPU time and memory."""
+    out = []
+    first_a, first_b = p.step_seconds_first, q.step_seconds_first
+    if first_a is not None and first_b is not None and _positive(first_a) and _positive(first_b):
+        out.append(Result(f"{p.name} first step (trace, compile)", "phase", "compile", round(first_a, 6),
+                          round(first_b, 6), "s", first_b / first_a))
+    # The steady step apart from the phase's wall (which holds start-up: tracing, compiling).
+    if p.step_seconds_p50 and q.step_seconds_p50 and _positive(p.step_seconds_p50) and _positive(q.step_seconds_p50):
+        out.append(Result(f"{p.name} step p50", "phase", p.kind, round(p.step_seconds_p50, 6),
+                          round(q.step_seconds_p50, 6), "s", q.step_seconds_p50 / p.step_seconds_p50))
+        wait_a, wait_b = _input_wait(a), _input_wait(b)
+        if p.kind == "fit" and wait_a is not None and wait_b is not None and _positive(wait_a) and _positive(wait_b):
+            out.append(Result("fit input per step", "phase", "input", round(wait_a, 7), round(wait_b, 7), "s",
+                              wait_b / wait_a))
+            compute_a, compute_b = p.step_seconds_p50 - wait_a, q.step_seconds_p50 - wait_b
+            if _positive(compute_a) and _positive(compute_b):
+                out.append(Result("fit compute per step", "phase", "fit", round(compute_a, 7), round(compute_b, 7),
+                                  "s", compute_b / compute_a))
+    if p.cpu_seconds >= MIN_CPU_SECONDS and q.cpu_seconds >= MIN_CPU_SECONDS:
+        out.append(Result(f"{p.name} CPU", "phase", p.kind, round(p.cpu_seconds, 3), round(q.cpu_seconds, 3),
+                          "CPU-s", q.cpu_seconds / p.cpu_seconds))
+    if p.rss_peak_bytes and q.rss_peak_bytes:
+        out.append(Result(f"{p.name} RSS peak", "phase", "memory", p.rss_peak_bytes, q.rss_peak_bytes, "bytes",
+                          q.rss_peak_bytes / p.rss_peak_bytes))
+    return out
+
+
 def _phase_results(a: Side, b: Side) -> list[Result]:
-    """Phases matched by name (the first of each name), compared by wall time."""
+    """Phases matched by name (the first of each name), compared by wall time; Keras' calls also
+    by their steps, CPU time and memory."""
     first_b: dict = {}
     for p in b.report.phases:
         first_b.setdefault(p.name, p)
@@ -202,10 +281,8 @@ def _phase_results(a: Side, b: Side) -> list[Result]:
         if p.wall_seconds >= 0.05 and q.wall_seconds > 0:
             out.append(Result(p.name, "phase", p.kind, round(p.wall_seconds, 4), round(q.wall_seconds, 4), "s",
                               q.wall_seconds / p.wall_seconds))
-        # The steady step apart from the phase's wall (which holds start-up: tracing, compiling).
-        if p.kind in ("fit", "evaluate", "predict") and _positive(p.step_seconds_p50) and _positive(q.step_seconds_p50):
-            out.append(Result(f"{p.name} step p50", "phase", p.kind, round(p.step_seconds_p50, 6),
-                              round(q.step_seconds_p50, 6), "s", q.step_seconds_p50 / p.step_seconds_p50))
+        if p.kind in MODEL_CALLS and p.parent is None:
+            out += _call_results(p, q, a, b)
     return out
 
 
@@ -214,7 +291,7 @@ def _significant(r: Result) -> bool:
 
 
 def _describe(cause: Cause, diff: dict, affected: list[Result]) -> str:
-    figures = "; ".join(f"{r.name} {format_slowdown(r.slowdown)}" for r in affected[:12])
+    figures = "; ".join(f"{r.name} {format_slowdown(r.slowdown, r.unit)}" for r in affected[:12])
     more = f" and {len(affected) - 12} more" if len(affected) > 12 else ""
     text = f"{cause.label}: {format_value(diff['a'])} -> {format_value(diff['b'])}. It governs {cause.why}."
     if affected:
@@ -223,9 +300,24 @@ def _describe(cause: Cause, diff: dict, affected: list[Result]) -> str:
         text += (f" TensorFlow reported oneDNN {str(diff['a']).split()[0]} in both runs (by default it is on only "
                  "for CPUs with AVX-512 VNNI/BF16 or AMX), so the setting likely changed nothing here; the figures "
                  "are shared with the other causes.")
+    if cause.id in ("backend", "input"):
+        split = {r.name: r for r in affected if r.name in ("fit input per step", "fit compute per step")}
+        if len(split) == 2 and cause.id == "backend":
+            i, c = split["fit input per step"], split["fit compute per step"]
+            text += (f" Of fit's step, the input (making each batch and converting it) took {format_figure(i.a, 's')} "
+                     f"-> {format_figure(i.b, 's')} and the compute {format_figure(c.a, 's')} -> "
+                     f"{format_figure(c.b, 's')} (measured).")
     if cause.id == "cpus" and _positive(diff["a"]) and _positive(diff["b"]):
         text += f" Work that scales with cores can change by up to {max(diff['a'], diff['b']) / min(diff['a'], diff['b']):.1f}x."
     return text
+
+
+def format_figure(value: float, unit: str) -> str:
+    from tensorgauge.units import format_bytes, format_seconds
+
+    if unit == "s":
+        return format_seconds(value)
+    return format_bytes(int(value)) if unit == "bytes" else f"{value:,.2f} {unit}"
 
 
 def format_value(v: Any) -> str:
@@ -234,10 +326,12 @@ def format_value(v: Any) -> str:
     return str(v)
 
 
-def format_slowdown(slowdown: float) -> str:
+def format_slowdown(slowdown: float, unit: str = "s") -> str:
+    """B against A: 'slower'/'faster' for times and rates, 'more'/'less' for CPU time and memory."""
     if round(slowdown, 2) == 1.0:
         return "the same"
-    return f"{slowdown:.2f}x slower" if slowdown > 1 else f"{1 / slowdown:.2f}x faster"
+    more, less = ("more", "less") if unit in AMOUNTS else ("slower", "faster")
+    return f"{slowdown:.2f}x {more}" if slowdown > 1 else f"{1 / slowdown:.2f}x {less}"
 
 
 def compare(a: Side, b: Side) -> Comparison:
@@ -262,4 +356,6 @@ def compare(a: Side, b: Side) -> Comparison:
                                     "text": _describe(cause, diff, affected)})
     result.explanations.sort(key=lambda e: (-e["score"], -len(e["affected"])))
     result.unexplained = [r for r in changed if r.name not in explained]
+    phases = [r for r in changed if r.kind == "phase"]
+    result.largest = max(phases, key=lambda r: abs(math.log(r.slowdown)), default=None)
     return result

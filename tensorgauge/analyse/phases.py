@@ -12,6 +12,7 @@ ends at the run's end, marked incomplete, its CPU taken from the samples.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from tensorgauge.hook.protocol import TRAIN_LOOP, Kind
@@ -56,6 +57,14 @@ def step_digests(events: list[Event]) -> dict[tuple[int, object], StepDigest]:
         else:
             out[key] = digest
     return out
+
+
+def _first_seconds(digest) -> float | None:
+    """The seconds of the earliest step a digest kept (by its end; the first kept when ends are unknown)."""
+    timed = [(end, seconds) for end, seconds in digest.first if end is not None and math.isfinite(end)]
+    if timed:
+        return min(timed)[1]
+    return digest.first[0][1] if digest.first else None
 
 
 def build_phases(events: list[Event], samples: SampleSeries | list[Sample], end: float | None = None,
@@ -122,6 +131,7 @@ def build_phases(events: list[Event], samples: SampleSeries | list[Sample], end:
             phase.step_seconds_p50 = _round(digest.quantile(0.5))
             phase.step_seconds_p95 = _round(digest.quantile(0.95))
             phase.step_seconds_max = _round(digest.seconds_max)
+            phase.step_seconds_first = _round(_first_seconds(digest))
 
     _nest_in_loops(phases)
     order = sorted(range(len(phases)), key=lambda i: (phases[i].start, i))
@@ -176,6 +186,9 @@ def _sample_figures(phase: Phase, series: SampleSeries) -> None:
             phase.gpu_util_peak = float(np.nanmax(util))
         if np.any(~np.isnan(memory)):
             phase.gpu_memory_peak_bytes = int(np.nanmax(memory))
+        job = series.gpu["job_memory_bytes"][inside]
+        if np.any(~np.isnan(job)):
+            phase.gpu_job_memory_peak_bytes = int(np.nanmax(job))
 
 
 def top_level(phases: list[Phase]) -> list[Phase]:

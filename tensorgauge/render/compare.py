@@ -51,8 +51,8 @@ def render_bench(console: Console, results: dict[str, dict], run_id: str) -> Non
     console.print(table)
 
 
-def _ratio(slowdown: float) -> str:
-    text = format_slowdown(slowdown)
+def _ratio(slowdown: float, unit: str = "s") -> str:
+    text = format_slowdown(slowdown, unit)
     if slowdown >= SIGNIFICANT:
         return f"[red]{text}[/red]"
     if slowdown <= 1 / SIGNIFICANT:
@@ -61,7 +61,9 @@ def _ratio(slowdown: float) -> str:
 
 
 def _number(value, unit: str) -> str:
-    return format_seconds(value) if unit == "s" else f"{value:,.1f} {safe(unit)}"
+    if unit == "s":
+        return format_seconds(value)
+    return format_bytes(value) if unit == "bytes" else f"{value:,.2f} {safe(unit)}"
 
 
 def render_compare(console: Console, comparison) -> None:
@@ -86,8 +88,10 @@ def render_compare(console: Console, comparison) -> None:
             table.add_column(column, justify="left" if not column else "right")
         for r in doc["results"]:
             table.add_row(safe(r["name"]), _number(r["a"], r["unit"]), _number(r["b"], r["unit"]),
-                          _ratio(r["slowdown"]))
+                          _ratio(r["slowdown"], r["unit"]))
         console.print(table)
+    if doc.get("headline"):
+        console.print(safe(doc["headline"]))
     explanations = [e for e in doc["explanations"] if e["affected"]]
     if explanations:
         console.print("[bold]Why, most likely first[/bold]")
@@ -97,7 +101,7 @@ def render_compare(console: Console, comparison) -> None:
     if quiet:
         console.print(f"Differences with no measured effect here: {safe(', '.join(quiet))}.")
     if doc["unexplained"]:
-        names = ", ".join(f"{r['name']} ({_ratio(r['slowdown'])})" for r in doc["unexplained"][:8])
+        names = ", ".join(f"{r['name']} ({_ratio(r['slowdown'], r['unit'])})" for r in doc["unexplained"][:8])
         console.print(f"Changed with no recorded environment difference (noise, load, or the job itself): {names}")
 
 

@@ -170,8 +170,10 @@ def _comparison_table(comparison) -> str:
     env = "".join(f"<tr><td>{_e(d['label'])}</td><td>{_e(format_value(d['a']))}</td><td>{_e(format_value(d['b']))}"
                   "</td></tr>" for d in doc["environment"]) or "<tr><td>no differences</td><td></td><td></td></tr>"
     results = "".join(f"<tr><td>{_e(r['name'])}</td><td>{_e(r['a'])} {_e(r['unit'])}</td><td>{_e(r['b'])} "
-                      f"{_e(r['unit'])}</td><td>{_e(format_slowdown(r['slowdown']))}</td></tr>" for r in doc["results"])
+                      f"{_e(r['unit'])}</td><td>{_e(format_slowdown(r['slowdown'], r['unit']))}</td></tr>" for r in doc["results"])
     why = "".join(f"<li>{_e(e['text'])}</li>" for e in doc["explanations"] if e["affected"])
+    if doc.get("headline"):
+        why = f"<p>{_e(doc['headline'])}</p>" + why
     return (f"<table><tr><th>environment</th><th>A</th><th>B</th></tr>{env}</table>"
             f"<h3>Results, B against A</h3><table><tr><th></th><th>A</th><th>B</th><th>B is</th></tr>{results}</table>"
             + (f"<h3>Why, most likely first</h3><ol>{why}</ol>" if why else ""))

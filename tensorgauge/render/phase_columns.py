@@ -37,4 +37,7 @@ def phase_columns(phases: list[Phase], wall_seconds: float) -> list[tuple[str, C
             ("GPU mem", lambda p: format_bytes(p.gpu_memory_peak_bytes) if p.gpu_memory_peak_bytes is not None
              else ""),
         ]
+    if any(p.gpu_job_memory_peak_bytes is not None for p in phases):
+        columns.append(("job GPU mem", lambda p: format_bytes(p.gpu_job_memory_peak_bytes)
+                        if p.gpu_job_memory_peak_bytes is not None else ""))
     return columns
