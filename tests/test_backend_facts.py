@@ -133,9 +133,10 @@ def test_tensorflows_thread_pools_are_not_blamed_for_a_jax_fit():
     assert "threads" not in fixes and "do not run a jax fit" in not_tried["threads"]
 
 
-def _backend_side(label, backend, first, p50, wait, compile_mode):
+def _backend_side(label, backend, first, p50, wait, compile_mode, fit_end=6.0):
     a = side(label, job={"keras_backend": backend, "backend_version": "1"},
-             phases=[("import keras", "import", 0.1, 2.0), ("fit", "fit", 3.0, 6.0)])
+             phases=[("import keras", "import", 0.1, 2.0), ("fit", "fit", 3.0, fit_end),
+                     ("evaluate", "evaluate", fit_end, fit_end + 0.2)])
     a.report.events[:] = [e for e in a.report.events if e.kind != "bench_result"]
     a.report.events.append(Event(t=2.5, pid=1, kind="fit_config", data={"backend": backend, **compile_mode}))
     fit = next(p for p in a.report.phases if p.kind == "fit")
@@ -146,7 +147,9 @@ def _backend_side(label, backend, first, p50, wait, compile_mode):
 
 def test_two_backends_compare_by_first_step_input_and_compute():
     a = _backend_side("a", "tensorflow", 0.6, 0.0014, 0.0001, {"run_eagerly": False, "jit_compile": "False"})
-    b = _backend_side("b", "jax", 0.3, 0.0005, 0.00013, {"run_eagerly": False, "jit_compile": "True"})
+    b = _backend_side("b", "jax", 0.3, 0.0005, 0.00013, {"run_eagerly": False, "jit_compile": "True"}, fit_end=4.0)
+    evaluate = next(p for p in b.report.phases if p.kind == "evaluate")
+    evaluate.step_seconds_first = 0.01  # 50x faster, but over a phase of 0.2 s: fit changed more time
     result = compare(a, b)
     differences = {d["cause"]: (d["a"], d["b"]) for d in result.environment}
     assert differences["compile"] == ("tf.function graph", "jax.jit (XLA)")
@@ -154,12 +157,13 @@ def test_two_backends_compare_by_first_step_input_and_compute():
     figures = {r.name: round(r.slowdown, 2) for r in result.results}
     assert figures["fit first step (trace, compile)"] == 0.5 and figures["fit step p50"] == pytest.approx(0.36, abs=0.01)
     assert figures["fit input per step"] == 1.3 and figures["fit compute per step"] == pytest.approx(0.28, abs=0.01)
-    assert result.largest.name == "fit compute per step" and "They differ most in fit compute per step" in result.headline
+    assert result.largest.name == "fit" and result.headline == "They differ most in fit: B is 3.00x faster (3.00 s -> 1.00 s)."
     backend = next(e for e in result.explanations if e["cause"] == "backend")
     assert "the input (making each batch and converting it) took 100 µs -> 130 µs" in backend["text"]
     assert result.explanations[0]["cause"] == "backend"
     data_input = next(e for e in result.explanations if e["cause"] == "input")
     assert [r["name"] for r in data_input["affected"]] == ["fit input per step"]
+    assert data_input["score"] == pytest.approx(0.0212, abs=1e-3)  # ranked by what it does to the 1.4 ms step
     assert result.to_dict()["headline"] == result.headline
 
 
