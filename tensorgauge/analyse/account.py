@@ -73,8 +73,7 @@ def account(phases: list[Phase], summary: Summary, wall_seconds: float, cores_al
     if import_wall and fit_wall and import_wall > fit_wall:
         modules = dict.fromkeys(MODULE_WORDS.get(p.name.removeprefix("import "), p.name.removeprefix("import "))
                                 for p in phases if p.kind == "import")
-        lines.append(f"Importing {' and '.join(modules) or 'TensorFlow'} ({format_seconds(import_wall)}) took longer "
-                     "than training "
+        lines.append(f"Importing {' and '.join(modules)} ({format_seconds(import_wall)}) took longer than training "
                      f"({format_seconds(fit_wall)}): for short jobs start-up dominates.")
 
     busy = [(k, cpu / wall) for k, wall, cpu, _ in by_kind if wall > 0.05]

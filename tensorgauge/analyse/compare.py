@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from tensorgauge.analyse.bench import bench_results
 from tensorgauge.analyse.placement import gpus_seen
@@ -226,7 +226,7 @@ def _bench_results(a: Side, b: Side) -> list[Result]:
     return out
 
 
-def _positive(value: Any) -> bool:
+def _positive(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 and math.isfinite(value)
 
 
@@ -238,6 +238,7 @@ def _input_wait(side: Side) -> float | None:
 MODEL_CALLS = ("fit", "evaluate", "predict")
 AMOUNTS = ("CPU-s", "bytes")  # results that are amounts used, not speeds: B uses more or less
 MIN_CPU_SECONDS = 0.05  # a phase's CPU time worth comparing
+INPUT_RESULT, COMPUTE_RESULT = "fit input per step", "fit compute per step"
 
 
 def _call_results(p, q, a: Side, b: Side) -> list[Result]:
@@ -245,20 +246,20 @@ def _call_results(p, q, a: Side, b: Side) -> list[Result]:
     for the main fit its input wait and compute per step, CPU time and memory."""
     out = []
     first_a, first_b = p.step_seconds_first, q.step_seconds_first
-    if first_a is not None and first_b is not None and _positive(first_a) and _positive(first_b):
+    if _positive(first_a) and _positive(first_b):
         out.append(Result(f"{p.name} first step (trace, compile)", "phase", "compile", round(first_a, 6),
                           round(first_b, 6), "s", first_b / first_a, "first step"))
     # The steady step apart from the phase's wall (which holds start-up: tracing, compiling).
-    if p.step_seconds_p50 and q.step_seconds_p50 and _positive(p.step_seconds_p50) and _positive(q.step_seconds_p50):
+    if _positive(p.step_seconds_p50) and _positive(q.step_seconds_p50):
         out.append(Result(f"{p.name} step p50", "phase", p.kind, round(p.step_seconds_p50, 6),
                           round(q.step_seconds_p50, 6), "s", q.step_seconds_p50 / p.step_seconds_p50, "step p50"))
         wait_a, wait_b = _input_wait(a), _input_wait(b)
-        if p.kind == "fit" and wait_a is not None and wait_b is not None and _positive(wait_a) and _positive(wait_b):
-            out.append(Result("fit input per step", "phase", "input", round(wait_a, 7), round(wait_b, 7), "s",
+        if p.kind == "fit" and _positive(wait_a) and _positive(wait_b):
+            out.append(Result(INPUT_RESULT, "phase", "input", round(wait_a, 7), round(wait_b, 7), "s",
                               wait_b / wait_a, "input per step"))
             compute_a, compute_b = p.step_seconds_p50 - wait_a, q.step_seconds_p50 - wait_b
             if _positive(compute_a) and _positive(compute_b):
-                out.append(Result("fit compute per step", "phase", "fit", round(compute_a, 7), round(compute_b, 7),
+                out.append(Result(COMPUTE_RESULT, "phase", "fit", round(compute_a, 7), round(compute_b, 7),
                                   "s", compute_b / compute_a, "compute per step"))
     if p.cpu_seconds >= MIN_CPU_SECONDS and q.cpu_seconds >= MIN_CPU_SECONDS:
         out.append(Result(f"{p.name} CPU", "phase", p.kind, round(p.cpu_seconds, 3), round(q.cpu_seconds, 3),
@@ -303,13 +304,12 @@ def _describe(cause: Cause, diff: dict, affected: list[Result]) -> str:
         text += (f" TensorFlow reported oneDNN {str(diff['a']).split()[0]} in both runs (by default it is on only "
                  "for CPUs with AVX-512 VNNI/BF16 or AMX), so the setting likely changed nothing here; the figures "
                  "are shared with the other causes.")
-    if cause.id in ("backend", "input"):
-        split = {r.name: r for r in affected if r.name in ("fit input per step", "fit compute per step")}
-        if len(split) == 2 and cause.id == "backend":
-            i, c = split["fit input per step"], split["fit compute per step"]
-            text += (f" Of fit's step, the input (making each batch and converting it) took {format_figure(i.a, 's')} "
-                     f"-> {format_figure(i.b, 's')} and the compute {format_figure(c.a, 's')} -> "
-                     f"{format_figure(c.b, 's')} (measured).")
+    split = {r.name: r for r in affected if r.name in (INPUT_RESULT, COMPUTE_RESULT)}
+    if cause.id == "backend" and len(split) == 2:
+        i, c = split[INPUT_RESULT], split[COMPUTE_RESULT]
+        text += (f" Of fit's step, the input (making each batch and converting it) took {format_figure(i.a, 's')} "
+                 f"-> {format_figure(i.b, 's')} and the compute {format_figure(c.a, 's')} -> "
+                 f"{format_figure(c.b, 's')} (measured).")
     if cause.id == "cpus" and _positive(diff["a"]) and _positive(diff["b"]):
         text += f" Work that scales with cores can change by up to {max(diff['a'], diff['b']) / min(diff['a'], diff['b']):.1f}x."
     return text
@@ -341,7 +341,7 @@ def _input_effect(results: list[Result], score: float) -> float:
     """What the input's change alone does to fit's step (a 15x slower input of 0.1 ms barely moves a
     20 ms step): |log((step_a + input_b - input_a) / step_a)|."""
     by_name = {r.name: r for r in results}
-    step, wait = by_name.get("fit step p50"), by_name.get("fit input per step")
+    step, wait = by_name.get("fit step p50"), by_name.get(INPUT_RESULT)
     if step is None or wait is None or step.a <= 0:
         return score
     return abs(math.log(max(step.a + wait.b - wait.a, 1e-9) / step.a))

@@ -524,7 +524,7 @@ def backend_input_bound(timed: dict, fit: Phase, allowed: float) -> Finding | No
 def _input_bound(f: RunFacts) -> Finding | None:
     if f.fit is not None and f.fit.name == TRAIN_LOOP:
         return loop_input_bound(f.last(Kind.LOOP_INPUT), f.fit, f.cores_allowed, _fit_config(f))
-    timed = fit_input(f.events, f.fit) if f.fit is not None else None
+    timed = fit_input(f.of_kind(Kind.FIT_INPUT), f.fit) if f.fit is not None else None
     if timed is not None and f.fit is not None:
         return backend_input_bound(timed, f.fit, f.cores_allowed)
     return input_bound(f.first_ok(Kind.INPUT_PROBE), f.fit, f.cores_allowed, f.first_ok(Kind.COMPUTE_PROBE),

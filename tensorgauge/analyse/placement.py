@@ -178,10 +178,13 @@ def gpu_not_visible(host: dict, job: dict) -> Finding | None:
     """The driver (NVML) shows a GPU, the job's framework lists none: why, and the fix."""
     if not host.get("gpus") or gpus_seen(job) != 0:
         return None
-    reason, fix = _backend_gpu_reason(job) if job.get("keras_backend") in FRAMEWORKS else _gpu_reason(host, job)
-    evidence = ({"backend": job["keras_backend"], "backend_devices": job.get("backend_devices"),
-                 "backend_cuda": job.get("backend_cuda")} if job.get("keras_backend") in FRAMEWORKS else
-                {"tf_build": job.get("tf_build"), "devices_physical": job.get("devices_physical")})
+    if job.get("keras_backend") in FRAMEWORKS:
+        reason, fix = _backend_gpu_reason(job)
+        evidence = {"backend": job["keras_backend"], "backend_devices": job.get("backend_devices"),
+                    "backend_cuda": job.get("backend_cuda")}
+    else:
+        reason, fix = _gpu_reason(host, job)
+        evidence = {"tf_build": job.get("tf_build"), "devices_physical": job.get("devices_physical")}
     return Finding(id="gpu_not_visible", severity="high",
                    title=f"The NVIDIA driver ({host.get('nvidia_driver')}) shows {', '.join(host['gpus'])} "
                          f"but {framework(job)} does not: {reason}",
