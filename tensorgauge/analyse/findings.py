@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tensorgauge.analyse import diagnose, memory, placement  # noqa: F401  (their rules register on import)
 from tensorgauge.analyse.phases import as_series
-from tensorgauge.analyse.rules import REGISTRY, SEVERITY_ORDER, RunFacts, ids_of
+from tensorgauge.analyse.rules import SEVERITY_ORDER, RunFacts, ids_of, ordered
 from tensorgauge.analyse.summary import summarise
 from tensorgauge.model import Event, Finding, Phase, RunRecord, Sample, Summary
 from tensorgauge.series import SampleSeries
@@ -23,7 +23,7 @@ def find(record: RunRecord, samples: SampleSeries | list[Sample], events: list[E
     facts = RunFacts(record, series, list(events), list(phases), summary or summarise(record, series))
     if digests is not None:
         facts.step_digests = digests
-    for entry in REGISTRY:
+    for entry in ordered():
         if category is not None and entry.category != category:
             continue
         result = entry.function(facts)

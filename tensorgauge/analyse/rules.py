@@ -1,8 +1,10 @@
 """The findings registry: each finding is one function, registered with :func:`rule`.
 
 A rule takes the :class:`RunFacts` of a recorded run and returns a
-:class:`~tensorgauge.model.Finding`, several, or None. Rules run in the order
-they are registered (a rule may read what ran before it in ``facts.found``);
+:class:`~tensorgauge.model.Finding`, several, or None. A rule that reads other
+rules' findings (``facts.found``) declares them: ``@rule(..., after=(ids))``;
+:func:`ordered` runs every rule after those it reads, otherwise in the order
+they were registered, and refuses an id no rule returns or a cycle;
 :mod:`.findings` runs them all and sorts the result by :data:`SEVERITY_ORDER`.
 Adding a finding: a function decorated with ``@rule("its_id", CATEGORY)`` in the
 module of its category, and a test.
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tensorgauge.analyse.phases import main_fit
+from tensorgauge.hook.protocol import TRAIN_LOOP, Kind
 from tensorgauge.model import Event, Finding, Phase, RunRecord, Summary
 from tensorgauge.series import SampleSeries
 from tensorgauge.steps import StepDigest
@@ -51,6 +54,22 @@ class RunFacts:
 
         return list(step_digests(self.events).values())
 
+    @functools.cached_property
+    def fit_config(self) -> dict | None:
+        """The config of the run's main training: a fit's, or the custom loop's (sent at its first step)."""
+        if self.fit is not None and self.fit.name == TRAIN_LOOP:
+            return next((e.data for e in self.of_kind(Kind.FIT_CONFIG) if e.data.get("loop")), None)
+        found = [e for e in self.of_kind(Kind.FIT_CONFIG)
+                 if not e.data.get("loop") and (self.fit is None or e.t <= self.fit.start + 1e-6)]
+        return found[-1].data if found else None
+
+    @functools.cached_property
+    def input_split(self) -> dict | None:
+        """How much of the training's step input costs (:mod:`.input_split`)."""
+        from tensorgauge.analyse.input_split import input_split
+
+        return input_split(self.events, self.phases)
+
     def of_kind(self, kind: str) -> list[Event]:
         return self.by_kind.get(kind, [])
 
@@ -73,13 +92,14 @@ class Entry:
     ids: tuple[str, ...]  # the finding ids the rule can return
     category: str
     function: Rule
+    after: tuple[str, ...] = ()  # finding ids it reads in ``facts.found``: their rules run first
 
 
 REGISTRY: list[Entry] = []
 
 
-def rule(*ids: str, category: str) -> Callable[[Rule], Rule]:
-    """Register a rule that returns findings with these ``ids``."""
+def rule(*ids: str, category: str, after: tuple[str, ...] = ()) -> Callable[[Rule], Rule]:
+    """Register a rule that returns findings with these ``ids`` (reading those ``after`` in ``facts.found``)."""
     if category not in CATEGORIES:
         raise ValueError(f"unknown category {category!r}")
 
@@ -87,10 +107,39 @@ def rule(*ids: str, category: str) -> Callable[[Rule], Rule]:
         taken = {i for entry in REGISTRY for i in entry.ids}
         if taken & set(ids):
             raise ValueError(f"finding ids registered twice: {sorted(taken & set(ids))}")
-        REGISTRY.append(Entry(tuple(ids), category, function))
+        if set(after) & set(ids):
+            raise ValueError(f"a rule cannot run after itself: {sorted(set(after) & set(ids))}")
+        REGISTRY.append(Entry(tuple(ids), category, function, tuple(after)))
         return function
 
     return register
+
+
+def ordered(entries: list[Entry] | None = None) -> list[Entry]:
+    """The rules in the order they run: each after the rules whose findings it reads, else as registered."""
+    entries = list(REGISTRY if entries is None else entries)
+    owner = {i: entry for entry in entries for i in entry.ids}
+    for entry in entries:
+        unknown = [i for i in entry.after if i not in owner]
+        if unknown:
+            raise ValueError(f"rule {entry.function.__name__} runs after {unknown}, which no rule returns")
+    out: list[Entry] = []
+    placing: set[int] = set()
+
+    def place(entry: Entry) -> None:
+        if any(e is entry for e in out):
+            return
+        if id(entry) in placing:
+            raise ValueError(f"rules read each other's findings in a cycle: {entry.function.__name__}")
+        placing.add(id(entry))
+        for i in entry.after:
+            place(owner[i])
+        placing.discard(id(entry))
+        out.append(entry)
+
+    for entry in entries:
+        place(entry)
+    return out
 
 
 def ids_of(category: str) -> tuple[str, ...]:

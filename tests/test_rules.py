@@ -1,0 +1,35 @@
+"""The findings registry: rules run after the rules whose findings they read, whatever their order
+in the files; an id no rule returns, or a cycle, is refused."""
+
+import pytest
+
+from tensorgauge.analyse import findings  # noqa: F401  (every rule registered)
+from tensorgauge.analyse.rules import REGISTRY, Entry, ordered
+
+
+def entry(name: str, ids: tuple[str, ...], after: tuple[str, ...] = ()) -> Entry:
+    def function(facts):
+        return None
+
+    function.__name__ = name
+    return Entry(ids, "performance", function, after)
+
+
+def test_a_rule_runs_after_those_it_reads_else_in_registration_order():
+    first, reader, second = entry("a", ("a",)), entry("idle", ("idle",), after=("c",)), entry("c", ("c",))
+    assert [e.function.__name__ for e in ordered([first, reader, second])] == ["a", "c", "idle"]
+
+
+def test_an_unknown_id_or_a_cycle_is_refused():
+    with pytest.raises(ValueError, match="which no rule returns"):
+        ordered([entry("x", ("x",), after=("nope",))])
+    with pytest.raises(ValueError, match="cycle"):
+        ordered([entry("x", ("x",), after=("y",)), entry("y", ("y",), after=("x",))])
+
+
+def test_the_registered_rules_keep_their_declared_order():
+    order = [i for e in ordered() for i in e.ids]
+    for e in REGISTRY:
+        for read in e.after:
+            assert order.index(read) < order.index(e.ids[0]), (e.ids, read)
+    assert order.index("stalls") < order.index("cores_idle")  # declared, though registered after it
