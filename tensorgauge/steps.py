@@ -47,6 +47,7 @@ class StepDigest:
         self.first: list[tuple[float, float]] = []  # (end, seconds) of the first steps
         self.slowest: list[tuple[float, float]] = []  # min-heap of (seconds, end)
         self.rate: dict[int, int] = {}  # whole second of the run -> steps that ended in it
+        self.last_end: float | None = None  # when the last step ended (seconds from the run's start)
         self.sketch = _sketch()
 
     def add(self, seconds: list[float], ends: list[float] | None = None, first_room: int | None = None) -> None:
@@ -72,6 +73,7 @@ class StepDigest:
             elif value > self.slowest[0][0]:
                 heapq.heapreplace(self.slowest, (value, end))
             if ends_known and math.isfinite(end):
+                self.last_end = end if self.last_end is None else max(self.last_end, end)
                 second = int(math.floor(end))
                 self.rate[second] = self.rate.get(second, 0) + 1
 
@@ -91,6 +93,8 @@ class StepDigest:
                 heapq.heapreplace(self.slowest, item)
         for second, n in other.rate.items():
             self.rate[second] = self.rate.get(second, 0) + n
+        if other.last_end is not None:
+            self.last_end = other.last_end if self.last_end is None else max(self.last_end, other.last_end)
         self.sketch.merge(other.sketch)
         return self
 
@@ -126,7 +130,7 @@ class StepDigest:
                 "seconds_min": self.seconds_min if self.count else None, "seconds_max": self.seconds_max,
                 "first_seconds": [s for _, s in self.first], "first_ends": [_json(e) for e, _ in self.first],
                 "slowest_seconds": [s for s, _ in self.slowest], "slowest_ends": [_json(e) for _, e in self.slowest],
-                "rate_start": start, "rate": rate,
+                "rate_start": start, "rate": rate, "last_end": _json(self.last_end) if self.last_end is not None else None,
                 "sketch": base64.b64encode(DDSketchProto.to_proto(self.sketch).SerializeToString()).decode()}
 
     @classmethod
@@ -151,6 +155,8 @@ class StepDigest:
             heapq.heapify(digest.slowest)
             start = int(data.get("rate_start") or 0)
             digest.rate = {start + i: int(n) for i, n in enumerate(data.get("rate") or []) if n}
+            last = data.get("last_end")
+            digest.last_end = float(last) if last is not None and math.isfinite(float(last)) else None
         except Exception as exc:  # protobuf's DecodeError, a bad value: a damaged digest
             raise ValueError(f"damaged step digest ({type(exc).__name__}: {exc})") from None
         return digest

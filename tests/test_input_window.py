@@ -1,59 +1,205 @@
-"""The input window's cost bound (on fakes) and what show says about the input split."""
+"""The input A/B on fakes: its rounds and cost bound, the verdict it gives (and withholds within
+noise), the fix fitted to the pipeline, and what show says about the input split."""
 
 import os
 import subprocess
 import sys
 
-from tensorgauge.analyse.input_split import describe, input_split
-from tensorgauge.hook.input_window import allowance, probe_plan, window_plan
+import pytest
+
+from tensorgauge.analyse.input_rules import fit_input_bound, pipeline_fix
+from tensorgauge.analyse.input_split import ab_verdict, describe, input_split
+from tensorgauge.hook import input_ab
+from tensorgauge.hook.input_ab import InputAB, rounds_plan
+from tensorgauge.hook.input_window import allowance, window_plan
 from tensorgauge.model import Event, Phase
 from tensorgauge.monitoring.tryfixes import applicable
 
 
-def test_the_window_is_sized_to_one_percent_of_the_fit_or_skipped_with_the_reason():
-    assert allowance(600.0) == 6.0 and allowance(10.0) == 0.5  # 1%, or half a second for short fits
-    assert window_plan(0.02, 60.0) == (10, None)  # fast steps: the full window
-    assert window_plan(0.131, 60.0) == (10, None)  # the image tutorial's 131 ms steps over a minute
-    steps, why = window_plan(0.5, 60.0)  # slower steps: a shorter window
-    assert 3 <= steps < 10 and why is None
-    assert 0.15 + 0.1 * steps * 0.5 <= allowance(60.0)
-    steps, why = window_plan(2.0, 60.0)  # 2 s steps: even 3 profiled steps cost too much
-    assert steps == 0 and "more than the 0.60 s allowed" in why and "--diagnose" in why
-    assert window_plan(0.02, None)[0] == 0  # the fit's length unknown
+def test_the_rounds_fit_the_fit_or_say_why_not():
+    assert allowance(600.0) == 6.0 and allowance(10.0) == 0.25  # 1%, or 0.25 s for short fits
+    assert rounds_plan(1000) == (5, None)
+    assert rounds_plan(None) == (5, None)  # a fit of unknown length: as many as it lasts
+    rounds, why = rounds_plan(25)  # 25 steps left: fewer than 3 rounds need
+    assert rounds == 0 and "25 steps left" in why
+    assert rounds_plan(3 * input_ab.STEPS_PER_ROUND)[0] == 3
 
 
-def test_the_compute_probe_gets_what_the_window_left():
-    assert probe_plan(0.003, 0.4) == (32, None)
-    steps, _ = probe_plan(0.05, 0.4)
-    assert steps == 8
-    assert probe_plan(0.086, 0.4)[0] == 0  # 4 steps and the warm-up one do not fit
-    steps, why = probe_plan(0.131, 0.3)
-    assert steps == 0 and "compute-only steps" in why
+def test_the_profiler_window_gets_what_the_ab_left():
+    assert window_plan(0.02, 0.5) == (10, None)
+    steps, why = window_plan(0.5, 0.4)
+    assert 3 <= steps < 10 and why is None and 0.15 + 0.1 * steps * 0.5 <= 0.4
+    steps, why = window_plan(0.02, 0.08)
+    assert steps == 0 and "0.08 s left" in why
+
+
+class FakeModel:
+    """A model whose train function takes ``real`` seconds on the fit's iterator and ``compute`` on the
+    cached batch, on a fake clock; its one variable counts the steps it trained."""
+
+    class Variable:
+        def __init__(self):
+            self.value = 0
+
+        def numpy(self):
+            return self.value
+
+        def assign(self, value):
+            self.value = value
+
+    def __init__(self, clock, real, compute):
+        self.clock, self.real, self.compute = clock, real, compute
+        self.counter = self.Variable()
+        self.variables = [self.counter]
+        self.optimizer = None
+
+        def train_function(iterator):
+            self.clock.now += self.compute if iterator == "cached" else self.real
+            self.counter.value += 1
+            return {}
+
+        self.train_function = train_function
+
+
+class Clock:
+    now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def run_ab(monkeypatch, events, real, compute, steps=200, rounds=5):
+    clock = Clock()
+    monkeypatch.setattr(input_ab.time, "monotonic", clock)
+    model = FakeModel(clock, real, compute)
+    original = model.train_function
+    ab = InputAB(model, None, rounds, allowance_seconds=None, clock=clock)
+    ab.iterator = "cached"  # as cached_input would give: one batch, repeated
+    trained = 0
+    for _ in range(steps):
+        ab.on_step_begin()
+        model.train_function("real")
+        trained += 1
+    return ab, model, original, trained, [e for e in events() if e["kind"] == "input_ab"]
+
+
+def test_the_ab_times_real_and_compute_only_steps_in_rounds_and_restores_the_model(monkeypatch, events):
+    ab, model, original, trained, sent = run_ab(monkeypatch, events, real=0.010, compute=0.006)
+    assert model.train_function is original  # unwrapped once the rounds are done
+    assert model.counter.value == trained  # the compute-only steps trained nothing that stayed
+    (event,) = sent
+    assert len(event["real_step_seconds"]) == len(event["compute_step_seconds"]) == 5
+    assert all(len(r) == input_ab.REAL_STEPS and r == pytest.approx([0.010] * len(r))
+               for r in event["real_step_seconds"])
+    assert all(c == pytest.approx([0.006] * (input_ab.PROBE_STEPS - 1)) for c in event["compute_step_seconds"])
+    assert len(event["excursions_before"]) == 5 and event["cost_seconds"] == pytest.approx(5 * input_ab.PROBE_STEPS * 0.006)
+    verdict = ab_verdict(event)
+    assert verdict["established"] and verdict["input_share"] == pytest.approx(0.4)
+    assert verdict["input_wait_seconds"] == pytest.approx(0.004)
+
+
+def test_a_fit_that_ends_before_three_rounds_says_so(monkeypatch, events):
+    ab, model, original, _, sent = run_ab(monkeypatch, events, real=0.01, compute=0.01, steps=20)
+    assert sent == []  # still in its second round
+    ab.finish()  # fit ended
+    assert model.train_function is original
+    (event,) = [e for e in events() if e["kind"] == "input_ab"]
+    assert "ended after 1 of the 3 rounds" in event["skipped"]
+
+
+def test_the_ab_keeps_its_cost_within_the_allowance_as_it_runs(monkeypatch, events):
+    clock = Clock()
+    monkeypatch.setattr(input_ab.time, "monotonic", clock)
+    monkeypatch.setattr("tensorgauge.hook.probes.time.monotonic", clock)
+    model = FakeModel(clock, 0.01, 0.01)
+    ab = InputAB(model, None, 5, allowance_seconds=0.13, clock=clock)  # a third of it for each excursion
+    ab.iterator = "cached"
+    for _ in range(200):
+        ab.on_step_begin()
+        model.train_function("real")
+    assert len(ab.compute) == 3 and ab.cost <= 0.13 and not ab.active
+    # Compute-only steps too long for three rounds in the allowance: skipped, saying so with the cost.
+    model = FakeModel(clock, 0.1, 0.1)
+    ab = InputAB(model, None, 5, allowance_seconds=0.4, clock=clock)
+    ab.iterator = "cached"
+    for _ in range(200):
+        ab.on_step_begin()
+        model.train_function("real")
+    (event,) = [e for e in events() if e["kind"] == "input_ab" and e.get("skipped")]
+    assert "would cost more than the 0.40 s allowed" in event["skipped"] and "--diagnose" in event["skipped"]
+
+
+def ab_event(real, compute):
+    return {"real_step_seconds": [[r] * 10 for r in real], "compute_step_seconds": [[c] * 5 for c in compute]}
+
+
+def test_the_verdict_is_established_only_when_every_round_agrees():
+    clear = ab_verdict(ab_event([0.010, 0.011, 0.010, 0.012, 0.010], [0.007] * 5))
+    assert clear["established"] and clear["input_share_low"] > 0.25
+    # A healthy fit: real and compute-only the same give or take noise.
+    healthy = ab_verdict(ab_event([0.0050, 0.0053, 0.0049, 0.0052, 0.0050], [0.0051, 0.0049, 0.0050, 0.0050, 0.0051]))
+    assert not healthy["established"] and healthy["verdict"].startswith("no input cost")
+    # 6% pooled, but one round saw the real step faster: within noise, no verdict.
+    noisy = ab_verdict(ab_event([0.0060, 0.0050, 0.0056, 0.0056, 0.0053], [0.0050, 0.0052, 0.0050, 0.0051, 0.0050]))
+    assert noisy["input_share"] >= 0.05 and not noisy["established"] and noisy["verdict"].startswith("within noise")
+
+
+def fit(cores=1.0, wall=10.0, p50=0.02):
+    return Phase(name="fit", kind="fit", start=5.0, end=5.0 + wall, cores_busy_mean=cores, step_seconds_p50=p50,
+                 steps=400)
 
 
 def events_with(*data):
     return [Event(t=5.0, pid=1, kind=kind, data=payload) for kind, payload in data]
 
 
+def test_input_bound_from_the_ab_with_its_measured_gain():
+    split = input_split(events_with(("input_ab", {**ab_event([0.010] * 5, [0.006] * 5), "cost_seconds": 0.2,
+                                                  "allowance_seconds": 0.3, "source": "a real batch"})), [fit()])
+    config = {"dataset": True, "dataset_stages": ["_PrefetchDataset", "_BatchDataset", "_MapDataset",
+                                                  "_TensorSliceDataset"], "dataset_random_ops": []}
+    finding = fit_input_bound(split, fit(), 2.0, config)
+    assert finding.severity == "high" and finding.evidence["input_share"] == 0.4
+    assert "6.00 ms" in finding.title and "1.67x" in finding.expected_gain and "measured in this run" in finding.expected_gain
+    assert "already prefetches" in finding.fix and ".prefetch(" not in finding.fix  # never advice it follows
+    assert "num_parallel_calls" in finding.fix and "add .cache() after the map" in finding.fix
+    assert describe(split).startswith("input costs 40% of each step (4.00 ms of 10.00 ms, 40% to 40% by round")
+    assert fit_input_bound(input_split(events_with(("input_ab", ab_event([0.0050] * 5, [0.0050] * 5))), [fit()]),
+                           fit(), 2.0, config) is None
+
+
+def test_the_fix_leaves_out_what_the_pipeline_already_does():
+    every = {"dataset": True, "dataset_random_ops": [],
+             "dataset_stages": ["_PrefetchDataset", "CacheDataset", "_ParallelMapDataset", "_TensorSliceDataset"]}
+    fix = pipeline_fix(every, saturated=False)
+    assert fix.startswith("The pipeline already prefetches and maps in parallel and caches.")
+    assert "num_parallel_calls" not in fix and "add .cache()" not in fix and "less work per element" in fix
+    # A cache below the map does not spare the map: move it.
+    below = {**every, "dataset_stages": ["_PrefetchDataset", "_ParallelMapDataset", "CacheDataset", "_RangeDataset"]}
+    assert "Move .cache() after the map" in pipeline_fix(below, saturated=False)
+    assert "before the random augmentation" in pipeline_fix({**below, "dataset_random_ops": ["RandomUniform"]}, False)
+    serial = {**every, "dataset_stages": ["_BatchDataset", "_MapDataset", "_RangeDataset"]}
+    assert "num_parallel_calls" in pipeline_fix(serial, saturated=False)
+    assert "num_parallel_calls" not in pipeline_fix(serial, saturated=True)  # the cores are busy already
+    assert "batch_size" in pipeline_fix({"dataset": False}, saturated=False)  # arrays: Keras' own pipeline
+
+
 def test_the_split_says_what_was_measured_or_why_not():
-    fit = Phase("fit", "fit", 1.0, 60.0, steps=400)
-    window = {"step_seconds": [0.1] * 10, "get_next_seconds": [0.03] * 10, "start_seconds": 0.01,
-              "stop_seconds": 0.1, "allowance_seconds": 0.6, "input_work_seconds": 0.3}
-    probe = {"step_seconds": [0.06] * 8, "total_seconds": 0.5, "source": "a real batch"}
-    split = input_split(events_with(("input_probe", window), ("compute_probe", probe)), [fit])
-    assert split["input_share"] == 0.3 and split["compute_only_step_seconds"] == 0.06
-    assert split["cost_seconds"] == 0.61
-    assert describe(split) == ("waits 30% of each step (30.0 ms of 100.0 ms, 10 steps, by profiler window); "
-                               "compute-only 60.0 ms a step; cost 0.61 s")
-    skipped = input_split(events_with(("input_probe", {"skipped": "a profiler window would cost about 0.9 s"})), [fit])
-    assert describe(skipped) == "not measured: a profiler window would cost about 0.9 s"
-    assert "--no-diagnose" in describe(input_split([], [fit]))
+    fit_ = Phase("fit", "fit", 1.0, 60.0, steps=400)
+    skipped = input_split(events_with(("input_ab", {"skipped": "the fit had 30 steps left"})), [fit_])
+    assert describe(skipped) == "not measured: the fit had 30 steps left"
+    assert "--no-diagnose" in describe(input_split([], [fit_]))
     assert "fewer than the 11" in describe(input_split([], [Phase("fit", "fit", 1.0, 2.0, steps=5)]))
     assert input_split([], [Phase("predict", "predict", 1.0, 2.0)]) is None  # no training: nothing to split
+    # A run recorded before the A/B keeps its profiler window's split.
+    window = {"step_seconds": [0.1] * 10, "get_next_seconds": [0.03] * 10, "start_seconds": 0.01,
+              "stop_seconds": 0.1, "allowance_seconds": 0.6}
+    old = input_split(events_with(("input_probe", window)), [fit_])
+    assert old["input_share"] == 0.3 and old["measured_by"] == "profiler window"
 
 
 def test_the_profilers_log_lines_are_kept_off_the_jobs_stderr_and_the_rest_passed_on():
-    code = ("import os\nfrom tensorgauge.hook.input_window import quiet_profiler_logs\n"
+    code = ("import os\nfrom tensorgauge.hook.profiler_window import quiet_profiler_logs\n"
             "with quiet_profiler_logs():\n"
             "    os.write(2, b'I0000 profiler_session.cc:117] Profiler session initializing.\\n')\n"
             "    os.write(2, b'the job said this\\n')\n"

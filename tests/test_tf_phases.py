@@ -129,19 +129,21 @@ def test_hook_does_not_change_results(tg_cmd, store_path):
             "keras.utils.set_random_seed(1)\n"
             "m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8), keras.layers.Dense(1)])\n"
             "m.compile('sgd', 'mse')\n"
-            "x = np.random.default_rng(0).normal(size=(512, 8))\n"
+            "x = np.random.default_rng(0).normal(size=(2048, 8))\n"
             "h = m.fit(x, x.sum(axis=1), epochs=2, verbose=0)\n"
             "print(repr(h.history['loss']), float(m.predict(x[:4], verbose=0).sum()))\n")
     hooked = record(tg_cmd, PY, "-c", code).stdout
     bare = subprocess.run([PY, "-c", code], capture_output=True, text=True, check=True).stdout
     assert hooked == bare and "[" in hooked
-    # --diagnose profiles 10 steps and runs compute-only steps at the end of fit, restoring every variable.
+    # --diagnose runs the input A/B (compute-only steps between the fit's own, every variable restored
+    # after each excursion), then profiles 10 steps.
     diagnosed = subprocess.run([*tg_cmd, "run", "-q", "--diagnose", "--", PY, "-c", code],
                                capture_output=True, text=True, check=True).stdout
     assert diagnosed == bare
     events = RunReport.load(Store.open(store_path), "last").events
-    assert [e.kind for e in events if e.kind in ("input_probe", "compute_probe")] == ["input_probe", "compute_probe"]
-    assert not any(e.data.get("error") for e in events if e.kind.endswith("_probe"))
+    assert [e.kind for e in events if e.kind in ("input_ab", "input_probe")] == ["input_ab", "input_probe"]
+    assert next(e.data for e in events if e.kind == "input_ab").get("compute_step_seconds"), events
+    assert not any(e.data.get("error") for e in events if e.kind in ("input_ab", "input_probe"))
 
 
 def test_monitor_in_process_with_an_explicit_callback(tmp_path):
@@ -175,3 +177,5 @@ def test_legacy_tf_keras(store_path, tg_cmd, monkeypatch):
     (config,) = [e.data for e in report.events if e.kind == "fit_config"]
     assert config["steps_per_execution"] is None and config["epochs"] == 2 and config["run_eagerly"] is False
     assert config["dataset"] is False and config["batch_size"] == 32
+    # Models counted by identity: the Sequential, the one load_model made and the three subclass instances.
+    assert [e.data["count"] for e in report.events if e.kind == "models_built"][-1] == 5

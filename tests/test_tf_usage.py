@@ -68,19 +68,17 @@ def test_pauses_at_epoch_starts_are_stalls(store_path, tg_cmd, tmp_path):
 
 
 def test_compute_probe_runs_on_the_shapes_of_real_batches(store_path, tg_cmd, tmp_path):
-    """Windows of any length ((None, None, 7) in the spec): the probe reads one real batch
-    (256, 120, 7), not zeros of (32, 32, 7), and its step time matches the job's own A/B
-    (the acceptance figure, 15%, is measured by hand: within 5% over 4 runs)."""
+    """Windows of any length ((None, None, 7) in the spec): the A/B's compute-only steps run on one
+    real batch (256, 120, 7), not zeros of (32, 32, 7), and their time matches the job's own A/B."""
     truth_path = tmp_path / "truth.json"
     result = subprocess.run([*tg_cmd, "run", "-q", "--diagnose", "--", sys.executable, str(JOBS / "weather_like.py"),
                              str(truth_path)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
     truth = json.loads(truth_path.read_text())
     report = RunReport.load(Store.open(store_path), "last")
-    probe = next(e.data for e in report.events if e.kind == "compute_probe")
+    probe = next(e.data for e in report.events if e.kind == "input_ab" and e.data.get("compute_step_seconds"))
     assert probe["source"] == "a real batch" and probe["shapes"][0] == truth["batch_shape"]
-    steps = sorted(probe["step_seconds"])
-    median = steps[len(steps) // 2]
+    median = statistics.median(t for steps in probe["compute_step_seconds"] for t in steps)
     # Zeros of (32, 32, 7) gave a limit 4-6x too low; between two timings minutes apart this VM's
     # speed varies by up to half, so the test holds the factor, the README the 15% figure.
     assert 0.5 < median / truth["compute_only_step_seconds"] < 2.0
@@ -88,18 +86,18 @@ def test_compute_probe_runs_on_the_shapes_of_real_batches(store_path, tg_cmd, tm
 
 
 def test_a_prefetched_map_taking_the_cores_counts_as_input_bound_in_a_plain_run(store_path, tg_cmd, tmp_path):
-    """No wait in IteratorGetNext, yet the map's threads slow every step: the loss against the
-    compute-only limit is counted, and it agrees with the job's own A/B (one cached batch)."""
+    """No wait in IteratorGetNext, yet the map's threads slow every step: the A/B counts the loss
+    against the same step on one cached batch, as the job's own A/B does."""
     truth_path = tmp_path / "truth.json"
     found = run_job(tg_cmd, store_path, str(JOBS / "input_competes.py"), str(truth_path))
     truth = json.loads(truth_path.read_text())
     lost = 1 - truth["compute_only_step_seconds"] / truth["step_seconds"]
     assert lost > 0.15, truth  # the job's premise: its map costs the step
     evidence = found["input_bound"].evidence
-    assert evidence["input_wait_seconds_per_step"] < 0.2 * evidence["step_seconds"]
-    measured = evidence["input_competes_seconds_per_step"] / truth["step_seconds"]
+    measured = evidence["input_seconds_per_step"] / evidence["step_seconds"]
     assert 0.5 < measured / lost < 2.0, (evidence, truth)
-    assert "competing for the cores" in found["input_bound"].title
+    if evidence.get("profiled_wait_seconds_per_step") is not None:  # the profiler says how: not by waiting
+        assert "competing for" in found["input_bound"].title or "taking the cores" in found["input_bound"].title
 
 
 def test_xla_on_a_cpu_is_timed_against_the_same_step_without_it(store_path, tg_cmd):

@@ -3,7 +3,7 @@ and the analysis of what the hook sends (phases nested in the loop, the input sp
 
 import pytest
 
-from tensorgauge.analyse.diagnose import loop_input_bound
+from tensorgauge.analyse.input_rules import loop_input_bound
 from tensorgauge.analyse.input_split import input_split
 from tensorgauge.analyse.phases import build_phases
 from tensorgauge.hook.agent import Agent
@@ -111,7 +111,8 @@ def phase_events(pid=1):
             event(2.5, "phase_begin", id=2, name="train loop", phase_kind="fit", parent=None, cpu=None),
             event(8.0, "phase_end", id=2, cpu=4.8),
             event(8.0, "loop_input", steps=101, epochs=2, eager=False, eval_steps=0, step_seconds_p50=0.05,
-                  next_seconds_p50=0.02, step_seconds_total=5.0, next_seconds_total=2.0)]
+                  next_seconds_p50=0.02, step_seconds_total=5.0, next_seconds_total=2.0,
+                  next_pairs=[[0.0203, 0.0003]] * 16)]
 
 
 def test_what_the_job_did_inside_the_loop_is_nested_in_it_and_the_split_is_the_loops():
@@ -123,14 +124,67 @@ def test_what_the_job_did_inside_the_loop_is_nested_in_it_and_the_split_is_the_l
     assert by_name["save"].parent is None  # after its last step
     assert by_name["train loop"].cpu_seconds == 0.0  # no samples here: its start's CPU was not known
     split = input_split(events, phases)
-    assert split["measured_by"] == "next() on the loop's iterator"
-    assert split["input_share"] == pytest.approx(0.4)
+    assert split["measured_by"] == "next() on the loop's iterator against next() on its first batch cached"
+    assert split["input_share"] == pytest.approx(0.4) and split["step_overhead_seconds"] == pytest.approx(0.0003)
     finding = loop_input_bound(events[-1].data, by_name["train loop"], 2.0)
     assert finding.id == "input_bound" and finding.severity == "high"
     assert finding.evidence["input_wait_seconds_per_step"] == pytest.approx(0.02)
     assert "next()" in finding.fix
 
 
-def test_a_loop_that_waits_little_for_input_is_not_input_bound():
-    data = {"steps": 101, "step_seconds_total": 5.0, "next_seconds_total": 0.1}
-    assert loop_input_bound(data, Phase("train loop", "fit", 0.0, 5.0), 2.0) is None
+def loop_event(step: float, pairs: list[list[float]], steps: int = 101) -> dict:
+    return {"steps": steps, "step_seconds_total": step * (steps - 1), "next_seconds_total": 0.0, "next_pairs": pairs}
+
+
+def test_what_next_costs_on_any_iterator_is_step_overhead_not_input():
+    loop_phase = Phase("train loop", "fit", 0.0, 5.0)
+    # A healthy cached, prefetched loop: 2.6 ms steps, next() 0.27 ms on its iterator as on a cached batch.
+    healthy = [[0.00027 + noise, 0.00027] for noise in (0.00002, -0.00001, 0.00003, 0.0, -0.00002, 0.00001)] * 8
+    assert loop_input_bound(loop_event(0.0026, healthy), loop_phase, 2.0) is None
+    # Waiting 1 ms a step for a slow pipeline beyond that: input.
+    slow = [[0.00127 + noise, 0.00027] for noise in (0.00002, -0.00001, 0.00003, 0.0)] * 8
+    finding = loop_input_bound(loop_event(0.0036, slow), loop_phase, 2.0)
+    assert finding.severity == "high" and finding.evidence["input_wait_seconds_per_step"] == pytest.approx(0.001, abs=2e-5)
+    assert "beyond the 0.27 ms next() takes on any iterator" in finding.title
+    # Timed after the step, the cached next() pays what the first call after a step pays (0.25 ms here);
+    # timed before, the real one does: the two orders together cancel it.
+    ordered = [[0.00052, 0.00027, 0], [0.00027, 0.00052, 1]] * 16
+    assert loop_input_bound(loop_event(0.0026, ordered), loop_phase, 2.0) is None
+    # 7% in the order that favours the real call, nothing in the other: not established.
+    mixed = [[0.00047, 0.00027, 1], [0.00025, 0.00027, 0]] * 16
+    assert loop_input_bound(loop_event(0.0026, mixed), loop_phase, 2.0) is None
+    # No pairs (too few steps, not a tf.data iterator): not measured, no verdict.
+    assert loop_input_bound(loop_event(0.0026, []), loop_phase, 2.0) is None
+    assert input_split([Event(1.0, 1, "phase_begin", {"id": 1, "name": "train loop", "phase_kind": "fit"}),
+                        Event(2.0, 1, "phase_end", {"id": 1}),
+                        Event(2.0, 1, "loop_input", loop_event(0.0026, []))],
+                       [Phase("train loop", "fit", 1.0, 2.0)])["measured"] is False
+
+
+def test_the_loop_pairs_next_with_a_cached_batch_and_leaves_its_cost_out_of_the_step(events, loop, monkeypatch):
+    loop, clock = loop
+    built = []
+
+    def cached_next(iterator):
+        advance(clock, 0.0003)
+
+    monkeypatch.setattr("tensorgauge.hook.train_loop._cached_iterator", lambda dataset, batch: built.append(batch) or "c")
+    iterator = object()
+    for _ in range(40):
+        loop.before_next(cached_next)
+        began = clock.now
+        advance(clock, 0.002)
+        loop.on_next(iterator, began, 0.002)
+        loop.after_next("batch", 0.002, cached_next)
+        advance(clock, 0.003)
+        loop.train_step(None, eager=False)
+    loop.close()
+    sent = events()
+    summary = [e for e in sent if e["kind"] == "loop_input"][-1]
+    pairs = summary["next_pairs"]
+    assert len(pairs) >= 8 and all(p[:2] == pytest.approx([0.002, 0.0003]) for p in pairs)
+    assert {p[2] for p in pairs} == {0, 1}  # timed in turn before and after the real next()
+    steps = [s for e in sent if e["kind"] == "steps" for s in e["seconds"]]
+    assert steps == pytest.approx([0.005] * 40)  # the cached next() calls are the tool's, not the step's
+    assert built == ["batch"]  # built once, at the loop's third step
+    assert summary["pairs_cost_seconds"] == pytest.approx(0.0003 * (len(pairs) + 1))  # and its first element

@@ -14,6 +14,9 @@ from tensorgauge.analyse.phases import main_fit
 from tensorgauge.hook.protocol import TRAIN_LOOP, WINDOW_START, Kind
 from tensorgauge.model import Event, Phase
 
+# Input's share of a step: >= 20% high, 5-20% moderate (the TF Profiler's grading).
+INPUT_HIGH, INPUT_MODERATE = 0.20, 0.05
+
 
 def _median(values) -> float | None:
     return round(statistics.median(values), 7) if values else None
@@ -40,30 +43,73 @@ def input_split(events: list[Event], phases: list[Phase]) -> dict | None:
     timed = fit_input(events, fit)
     if timed is not None:
         return _backend_split(timed, fit)
-    window, probe = _first(events, Kind.INPUT_PROBE), _first(events, Kind.COMPUTE_PROBE)
-    if window is None:
-        why = (f"the fit ran {fit.steps} steps, fewer than the {WINDOW_START + 1} the window waits for"
+    # The first A/B that measured (a short warm-up fit may have skipped it, and a later fit measured it).
+    tried = [e.data for e in events if e.kind == Kind.INPUT_AB]
+    ab = next((d for d in tried if d.get("real_step_seconds")), tried[0] if tried else None)
+    window = _first(events, Kind.INPUT_PROBE)
+    if ab is None:
+        if window is not None and window.get("step_seconds"):  # a run recorded before the A/B
+            return _window_split(window, _first(events, Kind.COMPUTE_PROBE))
+        why = (f"the fit ran {fit.steps} steps, fewer than the {WINDOW_START + 1} the A/B waits for"
                if (fit.steps or 0) <= WINDOW_START else "diagnosis was off (--no-diagnose)")
         return {"measured": False, "why": why}
-    if window.get("skipped") or window.get("error"):
-        why = window.get("skipped") or f"the profiler failed: {window['error']}"
-        return {"measured": False, "why": why, "allowance_seconds": window.get("allowance_seconds")}
+    if ab.get("skipped") or ab.get("error"):
+        why = ab.get("skipped") or f"the A/B failed: {ab['error']}"
+        return {"measured": False, "why": why, "allowance_seconds": ab.get("allowance_seconds")}
+    verdict = ab_verdict(ab)
+    split: dict = {"measured": True, "measured_by": f"A/B: {verdict['rounds']} rounds of real and compute-only steps "
+                   f"on {ab.get('source') or 'one cached batch'}", **verdict,
+                   "profiled_wait_seconds": None, "input_threads_busy_seconds": None,
+                   "cost_seconds": ab.get("cost_seconds"), "allowance_seconds": ab.get("allowance_seconds")}
+    if window is not None and window.get("step_seconds"):
+        split["profiled_wait_seconds"] = _median(window.get("get_next_seconds"))
+        split["input_threads_busy_seconds"] = _per_step(window, "input_thread_seconds")
+        split["cost_seconds"] = round((split["cost_seconds"] or 0.0) + (window.get("start_seconds") or 0.0)
+                                      + (window.get("stop_seconds") or 0.0), 4)
+    elif window is not None:
+        split["profiler"] = "not run: " + str(window.get("skipped") or window.get("error"))
+    return split
+
+
+def ab_verdict(ab: dict) -> dict:
+    """What the A/B's rounds say: the real and compute-only step (medians over every round), input's
+    share of the step, the lowest and highest share of any round, and whether the cost is established:
+    at least :data:`INPUT_MODERATE` of the step with every round's real step slower than its compute-only
+    one (a share within noise of zero in any round is not established, whatever the pooled figure)."""
+    real, compute = ab.get("real_step_seconds") or [], ab.get("compute_step_seconds") or []
+    pairs = [(r, c) for r, c in zip(real, compute) if r and c]
+    step = statistics.median(t for r, _ in pairs for t in r) if pairs else 0.0
+    limit = statistics.median(t for _, c in pairs for t in c) if pairs else 0.0
+    shares = [1 - statistics.median(c) / statistics.median(r) for r, c in pairs]
+    share = max(0.0, 1 - limit / step) if step > 0 else 0.0
+    established = bool(shares) and share >= INPUT_MODERATE and min(shares) > 0
+    if established:
+        verdict = "input costs the steps"
+    elif share >= INPUT_MODERATE:
+        verdict = "within noise: a round saw no input cost"
+    else:
+        verdict = f"no input cost above {INPUT_MODERATE:.0%} of the step"
+    return {"rounds": len(pairs), "steps": sum(len(r) for r, _ in pairs),
+            "step_seconds": round(step, 7), "compute_only_step_seconds": round(limit, 7),
+            "input_wait_seconds": round(max(0.0, step - limit), 7), "input_share": round(share, 4),
+            "input_share_low": round(min(shares), 4) if shares else None,
+            "input_share_high": round(max(shares), 4) if shares else None,
+            "established": established, "verdict": verdict}
+
+
+def _window_split(window: dict, probe: dict | None) -> dict:
+    """A run recorded before the A/B: its profiler window and compute-only probe."""
     step, wait = _median(window.get("step_seconds")), _median(window.get("get_next_seconds"))
     split: dict = {"measured": True, "measured_by": "profiler window", "steps": len(window.get("step_seconds") or []),
                    "step_seconds": step, "input_wait_seconds": wait,
                    "input_share": round(min(wait, step) / step, 4) if step and wait is not None else None,
-                   "input_work_seconds": window.get("input_work_seconds"),
                    "input_threads_busy_seconds": _per_step(window, "input_thread_seconds"),
-                   "compute_only_step_seconds": None, "compute_probe": None,
+                   "compute_only_step_seconds": None,
                    "cost_seconds": round((window.get("start_seconds") or 0.0) + (window.get("stop_seconds") or 0.0), 4),
                    "allowance_seconds": window.get("allowance_seconds")}
-    if probe is not None:
-        if probe.get("step_seconds"):
-            split["compute_only_step_seconds"] = _median(probe["step_seconds"])
-            split["compute_probe"] = f"{len(probe['step_seconds'])} steps on {probe.get('source') or 'one batch'}"
-            split["cost_seconds"] = round(split["cost_seconds"] + (probe.get("total_seconds") or 0.0), 4)
-        else:
-            split["compute_probe"] = "not timed: " + str(probe.get("skipped") or probe.get("error"))
+    if probe is not None and probe.get("step_seconds"):
+        split["compute_only_step_seconds"] = _median(probe["step_seconds"])
+        split["cost_seconds"] = round(split["cost_seconds"] + (probe.get("total_seconds") or 0.0), 4)
     return split
 
 
@@ -90,17 +136,42 @@ def _backend_split(timed: dict, fit: Phase) -> dict:
             "compute_probe": None, "cost_seconds": 0.0, "allowance_seconds": None}
 
 
+def loop_verdict(loop: dict | None) -> dict | None:
+    """A custom loop's input cost from its ``next()`` calls paired with ``next()`` on its first batch
+    cached (the dispatch any iterator costs: step overhead, not input), timed in turn just before and
+    just after the real one: each order is off by what the first call after a step pays, the mean of
+    their medians is not. Established at :data:`INPUT_MODERATE` of the step or more with the real call
+    slower even in the order that favours the cached one (timed after the step, before the real one).
+    None for a loop with no pairs (not measured)."""
+    if not loop or (loop.get("steps") or 0) < 2 or not loop.get("step_seconds_total"):
+        return None
+    pairs = [p for p in loop.get("next_pairs") or [] if len(p) >= 2]
+    if not pairs:
+        return None
+    step = loop["step_seconds_total"] / (loop["steps"] - 1)  # the first step (tracing) is left out of the totals
+    by_order = [[real - cached for real, cached, *order in pairs if (order[0] if order else 0) == k] for k in (0, 1)]
+    medians = [statistics.median(extra) for extra in by_order if extra]
+    lost = min(step, max(0.0, statistics.mean(medians)))
+    share = lost / step if step > 0 else 0.0
+    established = share >= INPUT_MODERATE and bool(by_order[0]) and statistics.median(by_order[0]) > 0
+    return {"step_seconds": round(step, 7), "input_wait_seconds": round(lost, 7), "input_share": round(share, 4),
+            "step_overhead_seconds": round(statistics.median(p[1] for p in pairs), 7), "pairs": len(pairs),
+            "pairs_slower": sum(1 for p in pairs if p[0] > p[1]), "established": established,
+            "verdict": ("input costs the steps" if established else "within noise: next() on the loop's iterator is "
+                        "not reliably slower than on a cached batch" if share >= INPUT_MODERATE else
+                        f"no input cost above {INPUT_MODERATE:.0%} of the step"),
+            "measured_by": "next() on the loop's iterator against next() on its first batch cached"}
+
+
 def _loop_split(loop: dict) -> dict:
-    """A custom training loop's input wait, timed in its ``next()`` calls: per step over all its
-    steps (the first, which traces, left out), as ``input_bound`` reads it."""
-    counted = max(1, (loop.get("steps") or 1) - 1)
-    total, waited = loop.get("step_seconds_total") or 0.0, loop.get("next_seconds_total") or 0.0
-    step, wait = round(total / counted, 7), round(waited / counted, 7)
-    return {"measured": True, "measured_by": "next() on the loop's iterator", "steps": loop.get("steps"),
-            "step_seconds": step, "input_wait_seconds": wait,
-            "input_share": round(min(waited, total) / total, 4) if total else None,
-            "input_work_seconds": None, "input_threads_busy_seconds": None, "compute_only_step_seconds": None,
-            "compute_probe": None, "cost_seconds": 0.0, "allowance_seconds": None}
+    """A custom training loop's input wait: its ``next()`` calls against the cached batch's (see
+    :func:`loop_verdict`), or, where none were paired, not measured."""
+    verdict = loop_verdict(loop)
+    if verdict is None:
+        return {"measured": False, "why": "the loop's next() calls were not paired with next() on a cached batch "
+                "(too few steps, or not a tf.data iterator)"}
+    return {"measured": True, "steps": loop.get("steps"), "compute_only_step_seconds": None,
+            "cost_seconds": loop.get("pairs_cost_seconds"), "allowance_seconds": None, **verdict}
 
 
 def describe(split: dict | None) -> str | None:
@@ -111,15 +182,26 @@ def describe(split: dict | None) -> str | None:
         return f"not measured: {split.get('why')}"
     step, wait = split.get("step_seconds"), split.get("input_wait_seconds")
     if step is None or wait is None:
-        return "measured, but the window saw no step"
-    text = (f"waits {split['input_share']:.0%} of each step ({wait * 1000:.1f} ms of {step * 1000:.1f} ms, "
-            f"{split['steps']} steps, by {split['measured_by']})")
-    if split.get("compute_only_step_seconds") is not None:
-        text += f"; compute-only {split['compute_only_step_seconds'] * 1000:.1f} ms a step"
-    elif split.get("compute_probe"):
-        text += f"; compute-only probe {split['compute_probe']}"
+        return "measured, but no step was timed"
+    if split.get("rounds") or split.get("pairs"):
+        spread = ""
+        if split.get("input_share_low") is not None:
+            spread = f", {split['input_share_low']:.0%} to {split['input_share_high']:.0%} by round"
+        text = (f"input costs {split['input_share']:.0%} of each step ({wait * 1000:.2f} ms of {step * 1000:.2f} ms"
+                f"{spread}; {split['verdict']}; by {split['measured_by']})")
+        if split.get("compute_only_step_seconds") is not None:
+            text += f"; compute-only {split['compute_only_step_seconds'] * 1000:.2f} ms a step"
+        if split.get("profiled_wait_seconds") is not None:
+            text += f"; profiled wait in IteratorGetNext {split['profiled_wait_seconds'] * 1000:.2f} ms a step"
+    else:
+        text = (f"waits {split['input_share']:.0%} of each step ({wait * 1000:.1f} ms of {step * 1000:.1f} ms, "
+                f"{split['steps']} steps, by {split['measured_by']})")
+        if split.get("compute_only_step_seconds") is not None:
+            text += f"; compute-only {split['compute_only_step_seconds'] * 1000:.1f} ms a step"
     if split.get("input_threads_busy_seconds"):
         text += f"; tf.data threads busy {split['input_threads_busy_seconds'] * 1000:.1f} ms a step"
+    if split.get("step_overhead_seconds"):
+        text += f"; next() itself {split['step_overhead_seconds'] * 1000:.2f} ms a step (step overhead, not input)"
     if split.get("cost_seconds"):
         text += f"; cost {split['cost_seconds']:.2f} s"
     return text

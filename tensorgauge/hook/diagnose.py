@@ -63,7 +63,7 @@ def send_fit_config(model, args: list, kwargs: dict) -> None:
         batch_size = kwargs.get("batch_size", args[2] if len(args) > 2 else None)
         is_dataset = tf is not None and isinstance(x, tf.data.Dataset)
         if is_dataset and batch_size is None:
-            batch_size = _dataset_batch_size(x)
+            batch_size = _dataset_batch_size(x) or _batch_stage_size(x)
         backend = keras_backend(model)
         # TensorFlow's pools run a TensorFlow fit only (on JAX, Keras imports TensorFlow for its data adapters).
         channel().emit(Kind.FIT_CONFIG, backend=backend, run_eagerly=bool(getattr(model, "run_eagerly", False)),
@@ -129,7 +129,7 @@ def _dataset_facts(dataset, batch_size) -> dict:
     """Batches per epoch and bytes of a finite pipeline (None when unknown), and the random and
     Python op types in the functions of every stage (map, filter, ...)."""
     facts: dict = {"dataset_batches": None, "dataset_bytes": None, "dataset_random_ops": None,
-                   "dataset_python_ops": None}
+                   "dataset_python_ops": None, "dataset_stages": _stages(dataset)}
     try:
         import numpy as np
         import tensorflow as tf
@@ -150,6 +150,21 @@ def _dataset_facts(dataset, batch_size) -> dict:
     except Exception:
         pass
     return facts
+
+
+def _stages(dataset) -> list[str] | None:
+    """The class names of the pipeline's stages, outermost first, along its first inputs (a zip's
+    other branches are left out); None when tf.data's private ``_inputs()`` is not there."""
+    try:
+        out: list[str] = []
+        stage = dataset
+        while stage is not None and len(out) < 64:
+            out.append(type(stage).__name__)
+            inputs = stage._inputs()
+            stage = inputs[0] if inputs else None
+        return out
+    except Exception:
+        return None
 
 
 def _batch_stage_size(dataset) -> int | None:

@@ -7,7 +7,7 @@ set; the first ``fit`` (or custom training loop) then stops after
 ``try_window`` event (a loop's with each step's wait in ``next()``), and the job
 exits (code 0).
 The run without fixes also times the compute-only probe (see
-:func:`tensorgauge.hook.input_window.compute_probe`): the limit a fix can reach.
+:func:`tensorgauge.hook.probes.compute_probe`): the limit a fix can reach.
 
 Fixes:
 - ``parallel_map``: ``Dataset.map`` without ``num_parallel_calls`` gets
@@ -172,10 +172,10 @@ class _WindowWatch(FitListener):
         self.timed.on_step_begin(model)
 
     def on_train_end(self, model) -> None:
-        from tensorgauge.hook import diagnose, input_window
+        from tensorgauge.hook import diagnose, probes
 
         if self.timed.finished and not active() and not diagnose.mode():
-            input_window.compute_probe(model, self.fit_input)  # the limit the fixes are measured against
+            probes.compute_probe(model, self.fit_input)  # the limit the fixes are measured against
 
     def after_fit(self, model) -> None:
         self.timed.exit_if_finished()

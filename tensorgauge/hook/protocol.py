@@ -42,6 +42,7 @@ class Kind:
     FIT_CONFIG = "fit_config"
     TRACE = "trace"
     EAGER_GRADIENTS = "eager_gradients"
+    INPUT_AB = "input_ab"  # a fit's real steps against compute-only steps on one cached batch, in rounds
     INPUT_PROBE = "input_probe"
     COMPUTE_PROBE = "compute_probe"
     TRY_WINDOW = "try_window"
@@ -99,6 +100,7 @@ class StepDigest(Common, total=False):
     slowest_ends: list[float | None]
     rate_start: int  # the run's second the first count of ``rate`` is for
     rate: list[int]  # steps ended in each second from rate_start
+    last_end: float | None  # when the last step ended (seconds from the run's start)
     sketch: str  # base64 of the DDSketch protobuf
 
 
@@ -125,6 +127,7 @@ class FitConfig(Common, total=False):
     dataset_bytes: int | None
     dataset_random_ops: list[str] | None
     dataset_python_ops: list[str] | None
+    dataset_stages: list[str] | None  # the pipeline's stage classes, outermost first (_PrefetchDataset, ...)
     loop: bool  # sent by a custom training loop's first step (not a fit): its dataset, threads
     eager: bool  # that loop's steps run eagerly
 
@@ -136,11 +139,24 @@ class Trace(Common, total=False):
     instance_trace: int  # 1 for a tf.function's first trace, 2 and up for its retraces
     seconds: float
     rss_delta_bytes: int | None
+    framework: str  # "jax" for a jax.jit function (its call, compiling included); absent: a tf.function
 
 
 class EagerGradients(Common, total=False):
     count: int
     seconds: float
+
+
+class InputAB(Common, total=False):
+    real_step_seconds: list[list[float]]  # per round: the train function on the fit's iterator
+    compute_step_seconds: list[list[float]]  # per round: the same on one cached batch, repeated
+    cost_seconds: float  # the compute-only excursions, variables saved and restored
+    allowance_seconds: float | None  # what the diagnosis may cost in this fit (None: unbounded, --diagnose)
+    source: str  # where the cached batch comes from ("a real batch", the arrays' first rows, zeros)
+    settle_steps: int  # untimed real steps after each excursion
+    excursions_before: list[list[float]]  # seconds before this event each excursion began and ended: the tool's pauses
+    skipped: str  # why there is no A/B (a fit too short, the cost bound)
+    error: str
 
 
 class InputProbe(Common, total=False):
@@ -246,6 +262,8 @@ class LoopInput(Common, total=False):
     step_seconds_total: float
     next_seconds_total: float
     eval_steps: int  # model calls without gradients between training steps
+    next_pairs: list[list[float]]  # [a real next(), next() on one of the loop's batches cached] every few steps
+    pairs_cost_seconds: float  # what the cached next() calls cost (left out of the steps)
 
 
 class FitInput(Common, total=False):
@@ -267,7 +285,7 @@ class BenchResult(Common, total=False):
 PAYLOADS: dict[str, type] = {
     Kind.PHASE_BEGIN: PhaseBegin, Kind.PHASE_END: PhaseEnd, Kind.STEPS: Steps, Kind.EXIT: Exit, Kind.ENV: Env,
     Kind.FIT_CONFIG: FitConfig, Kind.TRACE: Trace, Kind.EAGER_GRADIENTS: EagerGradients,
-    Kind.INPUT_PROBE: InputProbe, Kind.COMPUTE_PROBE: ComputeProbe, Kind.TRY_WINDOW: TryWindow,
+    Kind.INPUT_AB: InputAB, Kind.INPUT_PROBE: InputProbe, Kind.COMPUTE_PROBE: ComputeProbe, Kind.TRY_WINDOW: TryWindow,
     Kind.PLACEMENT: Placement, Kind.DATASET: Dataset, Kind.BUDGET_STOP: BudgetStop,
     Kind.BUDGET_RESUME: BudgetResume, Kind.BUDGET_CHECKPOINT_FAILED: BudgetCheckpointFailed,
     Kind.BUDGET_GPU_MEMORY: BudgetGpuMemory, Kind.BENCH_RESULT: BenchResult, Kind.STEP_DIGEST: StepDigest,

@@ -37,6 +37,7 @@ from tensorgauge.hook.listeners import on_keras, on_tensorflow
 from tensorgauge.hook.protocol import TRAIN_LOOP, Kind
 
 KEPT = 4096  # per-step figures kept for the medians (the latest)
+PAIR_EVERY, PAIRS_KEPT = 4, 64  # next() on the loop's iterator paired with next() on a cached batch
 _KERAS_PHASES = ("fit", "evaluate", "predict")
 
 
@@ -69,6 +70,14 @@ class TrainLoop:
         self.dataset: weakref.ref | None = None  # the dataset of the iterator next() was last called on
         self.last_step: tuple[float, float] | None = None  # the last training step's (seconds, wait in next())
         self.probed = False  # the eager probe ran (or was skipped for good)
+        self.nexts = 0  # next() calls since the loop began
+        self.cached = None  # an iterator on the loop's first batch, cached (see before_next)
+        self.floor: float | None = None  # next() on it, timed before the real one (or after: floor_after)
+        self.floor_after = False
+        self.tried = False  # the cached iterator was built (or failed to be): once per loop
+        self.pairs: list[list[float]] = []  # [a real next(), next() on the cached batch, 0 before / 1 after]
+        self.own = 0.0  # seconds of the tool's own work since the mark (left out of the step)
+        self.own_total = 0.0
 
     # -- what the patches report ----------------------------------------------------
 
@@ -85,6 +94,58 @@ class TrainLoop:
         if self.first_next is None:
             self.first_next = began
         self.waited += seconds
+
+    def before_next(self, next_) -> None:
+        """Every :data:`PAIR_EVERY` steps of a running loop, time ``next_`` (the unwrapped ``__next__``) on
+        its first batch cached (:func:`_cached_iterator`): what ``next()`` costs with no input work.
+        Timed in turn just before the real ``next()`` and just after it: the first call after a step
+        pays for coming after it (0.2-0.3 ms measured), so each order alone is off by that much, and the
+        two together cancel it (``loop_verdict`` in the analysis reads both)."""
+        self.floor, self.floor_after = None, False
+        if self.cached is None or self.phase is None or len(self.pairs) >= PAIRS_KEPT:
+            return
+        self.nexts += 1
+        if self.nexts % PAIR_EVERY:
+            return
+        if len(self.pairs) % 2:
+            self.floor_after = True
+            return
+        self.floor = self._time_floor(next_)
+
+    def after_next(self, batch, seconds: float, next_) -> None:
+        """After a real ``next()`` of ``seconds``: pair it with the cached one timed before it (or time
+        that now); the first time in a running loop, build the cached iterator from the loop's dataset
+        (or this batch)."""
+        if self.floor_after:
+            self.floor = self._time_floor(next_)
+        if self.floor is not None:
+            self.pairs.append([seconds, self.floor, 1 if self.floor_after else 0])
+            self.floor, self.floor_after = None, False
+        elif self.cached is None and self.phase is not None and self.steps >= 2 and not self.tried:
+            self.tried = True
+            began = self.clock()
+            try:
+                self.cached = _cached_iterator(self.dataset() if self.dataset else None, batch)
+                next_(self.cached)  # its first element starts the iterator
+            except Exception:
+                self.cached = None
+            self._spent(began)
+
+    def _time_floor(self, next_) -> float | None:
+        began = self.clock()
+        try:
+            next_(self.cached)
+            return self.clock() - began
+        except Exception:
+            self.cached = None  # never again
+            return None
+        finally:
+            self._spent(began)
+
+    def _spent(self, began: float) -> None:
+        spent = self.clock() - began
+        self.own += spent
+        self.own_total += spent
 
     def train_step(self, began: float | None, eager: bool) -> None:
         """An optimizer update ended now (``began``: when the call that made it began, if known)."""
@@ -112,7 +173,7 @@ class TrainLoop:
                                                       self.mark_cpu)
             if self.last_iterator is not None:
                 self.train_iterator = self.last_iterator
-            seconds = now - start
+            seconds = max(0.0, now - start - self.own)
             assert self.epoch is not None
             self.agent.record_step(self.epoch, seconds, now)
             self.last_step = (seconds, min(self.waited, seconds))
@@ -186,7 +247,7 @@ class TrainLoop:
 
     def _advance(self, now: float, cpu: float) -> None:
         self.mark, self.mark_cpu = now, cpu
-        self.first_next, self.waited = None, 0.0
+        self.first_next, self.waited, self.own = None, 0.0, 0.0
 
     def _keep(self, seconds: float, waited: float) -> None:
         self.totals[0] += seconds
@@ -204,7 +265,21 @@ class TrainLoop:
                        eval_steps=self.eval_steps,
                        step_seconds_p50=statistics.median(self.step_seconds) if self.step_seconds else None,
                        next_seconds_p50=statistics.median(self.next_seconds) if self.next_seconds else None,
-                       step_seconds_total=round(self.totals[0], 6), next_seconds_total=round(self.totals[1], 6))
+                       step_seconds_total=round(self.totals[0], 6), next_seconds_total=round(self.totals[1], 6),
+                       next_pairs=[[round(a, 7), round(b, 7), order] for a, b, order in self.pairs],
+                       pairs_cost_seconds=round(self.own_total, 6))
+
+
+def _cached_iterator(dataset, batch):
+    """The loop's own pipeline cut to its first batch, cached and repeated (the A/B an engineer runs:
+    ``ds.take(1).cache().repeat()``), where that is cheap to build; else ``batch`` repeated."""
+    import tensorflow as tf
+
+    from tensorgauge.hook.probes import _peekable
+
+    if dataset is not None and _peekable(dataset):
+        return iter(dataset.take(1).cache().repeat())
+    return iter(tf.data.Dataset.from_tensors(batch).repeat())
 
 
 _loop = TrainLoop()
@@ -214,6 +289,9 @@ atexit.register(_loop.close)  # registered after the hook's own exit handler: ru
 _train_functions: weakref.WeakSet = weakref.WeakSet()
 _model_functions: weakref.WeakSet = weakref.WeakSet()
 _busy = threading.local()  # inside an update, a model call or a timed function call: nested ones are part of it
+# The job's jax.jit functions being called now, innermost last (see .jax_loop): one being traced applies
+# gradients (a train step) or calls a model (an evaluation step).
+jit_calls: list[object] = []
 
 
 def _nested(what: str) -> bool:
@@ -237,7 +315,8 @@ def _in_keras_phase() -> bool:
 
 
 def _user_functions_tracing() -> list[object]:
-    return [key for key, origin in tracing_now() if origin == "user" and key is not None]
+    """The job's functions being traced now: tf.functions, and the innermost jax.jit function called."""
+    return [key for key, origin in tracing_now() if origin == "user" and key is not None] + jit_calls[-1:]
 
 
 def _wrap_update(original, executing_eagerly):
@@ -250,7 +329,7 @@ def _wrap_update(original, executing_eagerly):
             result = original(self, *args, **kwargs)
         stepped = False
         try:
-            if executing_eagerly():
+            if executing_eagerly() and not jit_calls:
                 _loop.optimizer = weakref.ref(self)
                 _loop.train_step(None, eager=True)
                 _loop.after_eager_step()
@@ -277,7 +356,7 @@ def _wrap_model_call(original, executing_eagerly, recording):
         with _marked("model"):
             result = original(self, *args, **kwargs)
         try:
-            if executing_eagerly():
+            if executing_eagerly() and not jit_calls:
                 if recording():
                     _loop.taped = (weakref.ref(self), args, kwargs)
                 elif _loop.phase is not None and kwargs.get("training") is not True:
@@ -322,12 +401,23 @@ def _wrap_function_call(original):
 def _wrap_next(original):
     @functools.wraps(original)
     def next_(self):
-        began = time.monotonic()
-        try:
+        if _nested("next"):
             return original(self)
-        finally:
-            if not _in_keras_phase():
-                _loop.on_next(self, began, time.monotonic() - began)
+        outside = not _in_keras_phase()
+        if outside:
+            with _marked("next"):
+                _loop.before_next(original)
+        began = time.monotonic()
+        batch = original(self)  # StopIteration ends an epoch: nothing to time
+        seconds = time.monotonic() - began
+        if outside:
+            try:
+                _loop.on_next(self, began, seconds)
+                with _marked("next"):
+                    _loop.after_next(batch, seconds, original)
+            except Exception:
+                pass
+        return batch
 
     return next_
 
@@ -337,7 +427,7 @@ def _wrap_iter(original):
     under ``--try-fixes`` with ``prefetch``, the loop reads the dataset prefetched."""
     @functools.wraps(original)
     def iter_(self):
-        if _in_keras_phase():
+        if _in_keras_phase() or _nested("next"):
             return original(self)
         iterator = original(fixes.loop_dataset(self))
         try:
@@ -376,22 +466,34 @@ def _patch_tensorflow(tf) -> None:
         _patch_defining(functions.Function, "__call__", _wrap_function_call)
 
 
+def _always() -> bool:
+    return True
+
+
+def _never() -> bool:
+    return False
+
+
 @on_keras
 def _patch_keras(keras) -> None:
     tf = sys.modules.get("tensorflow")
-    if tf is None:
-        return  # the JAX and PyTorch backends: not yet
-    from tensorflow.python.eager import record
+    if tf is not None:
+        from tensorflow.python.eager import record
 
+        eager, recording = tf.executing_eagerly, record.could_possibly_record
+    else:  # Keras on JAX or PyTorch without TensorFlow: no tf.function, no tape
+        eager, recording = _always, _never
     optimizers = getattr(keras, "optimizers", None)
     base = getattr(optimizers, "Optimizer", None)
     if base is not None:
         for name in ("apply", "apply_gradients"):
-            _patch_defining(base, name, lambda fn: _wrap_update(fn, tf.executing_eagerly))
+            _patch_defining(base, name, lambda fn: _wrap_update(fn, eager))
     legacy = getattr(getattr(optimizers, "legacy", None), "Optimizer", None)
     if legacy is not None:
-        _patch_defining(legacy, "apply_gradients", lambda fn: _wrap_update(fn, tf.executing_eagerly))
+        _patch_defining(legacy, "apply_gradients", lambda fn: _wrap_update(fn, eager))
     model = getattr(keras, "Model", None)
     if model is not None:  # set on Model itself: Layer.__call__ runs for every layer
-        _patch(model, "__call__", lambda fn: _wrap_model_call(fn, tf.executing_eagerly, record.could_possibly_record),
-               original=model.__call__)
+        _patch(model, "__call__", lambda fn: _wrap_model_call(fn, eager, recording), original=model.__call__)
+        if "stateless_call" in dir(model):  # JAX's functional style: the model called inside a jitted step
+            _patch(model, "stateless_call", lambda fn: _wrap_model_call(fn, _never, _never),
+                   original=model.stateless_call)

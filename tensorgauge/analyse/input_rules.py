@@ -1,0 +1,171 @@
+"""``input_bound``: training that loses its steps to input, from an A/B measured in the job.
+
+- A TensorFlow ``fit``: its real steps against compute-only steps on one cached
+  batch (:func:`tensorgauge.analyse.input_split.ab_verdict`); the profiler
+  window, where it ran, says how (waiting, or competing for the cores).
+- A custom loop: ``next()`` on its iterator against ``next()`` on one cached
+  batch, paired step by step; what ``next()`` costs on any iterator is step
+  overhead, not input.
+- A fit on Keras' JAX or PyTorch backend: Keras' data iterator, timed in the
+  training thread (it makes each batch there, between steps).
+
+The fix is fitted to the job: what its pipeline already does (prefetch, a
+parallel map, cache) is never advised again.
+"""
+
+from __future__ import annotations
+
+from tensorgauge.analyse.input_split import INPUT_HIGH, INPUT_MODERATE, backend_input_wait, fit_input, loop_verdict
+from tensorgauge.analyse.rules import RunFacts, rule
+from tensorgauge.hook.protocol import TRAIN_LOOP, Kind
+from tensorgauge.model import Finding, Phase
+
+SATURATED = 0.85  # cores busy / cores allowed at which more parallelism cannot help
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.2f} ms" if seconds < 0.01 else f"{seconds * 1000:.1f} ms"
+
+
+def _stages(config: dict) -> list[str] | None:
+    """The pipeline's stages, outermost first, named plainly ("Prefetch", "ParallelMap", "Map", ...)."""
+    stages = config.get("dataset_stages")
+    return [s.strip("_").removesuffix("Dataset").removesuffix("V2") for s in stages] if stages else None
+
+
+def pipeline_fix(config: dict | None, saturated: bool) -> str:
+    """What to change in the pipeline, leaving out what it already does."""
+    config = config or {}
+    if config.get("dataset") is False:
+        return ("fit slices the arrays into batches in Keras' own tf.data pipeline, which already prefetches. "
+                "A larger batch_size spreads the per-batch slicing and conversion over more examples "
+                "(tensorgauge run --find-batch-size measures what fits); for preprocessing per example, do it once "
+                "on the arrays before fit.")
+    stages = _stages(config)
+    random, python = config.get("dataset_random_ops"), config.get("dataset_python_ops")
+    if stages is None:
+        return ("If the pipeline does not already: end it with .prefetch(tf.data.AUTOTUNE), map with "
+                "num_parallel_calls=tf.data.AUTOTUNE, and .cache() after a deterministic map.")
+    cache = stages.index("Cache") if "Cache" in stages else len(stages)
+    uncached = [s for s in stages[:cache] if s in ("Map", "ParallelMap", "MapAndBatch", "ParallelBatch")]
+    advice = []
+    if "Prefetch" not in stages:
+        advice.append("end the pipeline with .prefetch(tf.data.AUTOTUNE), so the next batch is made while the step "
+                      "computes")
+    if "Map" in uncached and not saturated:
+        advice.append("map with num_parallel_calls=tf.data.AUTOTUNE (its map runs on one thread now)")
+    if uncached:
+        if random:
+            advice.append(f"cache the deterministic part (decode, resize) before the random augmentation "
+                          f"({', '.join(random)}), so it runs once, not every epoch")
+        elif random == []:
+            caveat = " (it calls Python, which tensorgauge cannot check: make sure it is deterministic)" if python else ""
+            advice.append(f"{'move' if 'Cache' in stages else 'add'} .cache() after the map{caveat}, so every epoch "
+                          "after the first skips it (tensorgauge run --try-fixes times it)")
+    if saturated or not advice:
+        advice.append("do less work per element: preprocess once offline and store the result, or vectorise "
+                      "(batch before map)")
+    done = [what for what, present in (("prefetches", "Prefetch" in stages),
+                                       ("maps in parallel", "ParallelMap" in stages or "ParallelBatch" in stages),
+                                       ("caches", "Cache" in stages)) if present]
+    already = f"The pipeline already {' and '.join(done)}. " if done else ""
+    text = "; ".join(advice)
+    return already + text[0].upper() + text[1:] + "."
+
+
+def fit_input_bound(split: dict | None, fit: Phase | None, allowed: float, config: dict | None) -> Finding | None:
+    """A TensorFlow fit whose A/B established an input cost (see :func:`.input_split.ab_verdict`)."""
+    if not split or not split.get("rounds") or not split.get("established") or fit is None:
+        return None
+    share, step = split["input_share"], split["step_seconds"]
+    limit, lost = split["compute_only_step_seconds"], split["input_wait_seconds"]
+    busy = fit.cores_busy_mean
+    saturated = busy >= SATURATED * allowed
+    evidence = {"input_share": share, "input_share_low": split.get("input_share_low"),
+                "input_share_high": split.get("input_share_high"), "input_seconds_per_step": lost,
+                "step_seconds": step, "compute_only_step_seconds": limit, "rounds": split.get("rounds"),
+                "real_steps": split.get("steps"), "measured_by": split.get("measured_by"),
+                "cores_busy_mean": round(busy, 2), "cores_allowed": allowed}
+    how = ""
+    wait = split.get("profiled_wait_seconds")
+    if wait is not None:
+        evidence["profiled_wait_seconds_per_step"] = wait
+        waiting = min(wait, lost)
+        how = (f": {ms(waiting)} waiting for the next batch, {ms(lost - waiting)} with the pipeline's threads taking "
+               "the cores from the step" if lost - waiting >= INPUT_MODERATE * step else
+               ": the step waits for its next batch")
+    return Finding(
+        id="input_bound", severity="high" if share >= INPUT_HIGH else "moderate",
+        title=f"Input costs {share:.0%} of each training step ({ms(lost)} of {ms(step)}; the same step on one cached "
+              f"batch takes {ms(limit)}){how}",
+        evidence=evidence, fix=pipeline_fix(config, saturated),
+        expected_gain=f"up to {step / max(limit, 1e-9):.2f}x faster steps ({ms(step)} -> {ms(limit)}: the step "
+                      f"without input, measured in this run, {split.get('input_share_low', 0):.0%} to "
+                      f"{split.get('input_share_high', 0):.0%} of the step by round)")
+
+
+def loop_input_bound(loop: dict | None, fit: Phase | None, allowed: float, config: dict | None = None) -> Finding | None:
+    """A custom training loop whose ``next()`` waits longer than ``next()`` on one cached batch."""
+    verdict = loop_verdict(loop)
+    if verdict is None or not verdict["established"]:
+        return None
+    step, lost, share = verdict["step_seconds"], verdict["input_wait_seconds"], verdict["input_share"]
+    busy = fit.cores_busy_mean if fit else 0.0
+    evidence = {**{k: verdict[k] for k in ("input_share", "step_seconds", "step_overhead_seconds", "pairs",
+                                            "pairs_slower")},
+                "input_wait_seconds_per_step": lost, "measured_by": verdict["measured_by"], "steps": (loop or {}).get("steps"),
+                "cores_busy_mean": round(busy, 2), "cores_allowed": allowed}
+    fix = "The loop waits in next() for its batches. " + pipeline_fix({**(config or {}), "dataset": True},
+                                                                       busy >= SATURATED * allowed)
+    return Finding(id="input_bound", severity="high" if share >= INPUT_HIGH else "moderate",
+                   title=f"The training loop waits for input {share:.0%} of each step ({ms(lost)} of {ms(step)}, "
+                         f"beyond the {ms(verdict['step_overhead_seconds'])} next() takes on any iterator)",
+                   evidence=evidence, fix=fix,
+                   expected_gain=f"up to {step / max(step - lost, 1e-9):.2f}x faster steps ({ms(step)} -> "
+                                 f"{ms(step - lost)}, the step without its wait)")
+
+
+# Keras' JAX and PyTorch iterators make each batch in the training thread, between steps. Wrapping arrays
+# already in memory in tf.data or a PyDataset adds cost there (measured on JAX: 0.31 -> 0.69 / 0.53 ms a step).
+BACKEND_INPUT_FIX = (
+    "Keras makes each batch in the training thread, between steps. For arrays already in memory, a larger "
+    "batch_size spreads the per-batch cost (slicing, conversion, the copy to the device) over more examples; "
+    "do not wrap them in tf.data or a PyDataset, which adds cost on this backend. For work per element "
+    "(reading, decoding, augmenting), make batches in parallel with the step: a keras.utils.PyDataset with "
+    "workers=N{torch}.")
+
+
+def backend_input_bound(timed: dict, fit: Phase, allowed: float) -> Finding | None:
+    """A fit on Keras' JAX or PyTorch backend waiting in Keras' data iterator: slicing and
+    converting each batch into the backend's tensors, in the training thread."""
+    step = fit.step_seconds_p50
+    if not step:
+        return None
+    wait = min(step, backend_input_wait(timed, fit))
+    share = wait / step
+    if share < INPUT_MODERATE:
+        return None
+    backend = timed.get("backend") or "?"
+    evidence = {"input_share": round(share, 3), "input_wait_seconds_per_step": round(wait, 6),
+                "step_seconds": round(step, 6), "compute_in_job_seconds": round(step - wait, 6),
+                "measured_by": f"next() on Keras' data iterator ({backend} backend)", "batches": timed.get("batches"),
+                "cores_busy_mean": round(fit.cores_busy_mean, 2), "cores_allowed": allowed}
+    return Finding(
+        id="input_bound", severity="high" if share >= INPUT_HIGH else "moderate",
+        title=f"Training waits for input {share:.0%} of each step ({ms(wait)} of {ms(step)}): Keras' data "
+              f"iterator making each batch and converting it to {backend} tensors",
+        evidence=evidence,
+        fix=BACKEND_INPUT_FIX.format(torch=", or a torch DataLoader with num_workers=N (pin_memory=True on a GPU)"
+                                     if backend == "torch" else ""),
+        expected_gain=f"up to {step / max(step - wait, 1e-9):.1f}x faster steps ({ms(step)} -> {ms(step - wait)}, "
+                      "the step without its wait)")
+
+
+@rule("input_bound", category="performance")
+def _input_bound(f: RunFacts) -> Finding | None:
+    if f.fit is not None and f.fit.name == TRAIN_LOOP:
+        return loop_input_bound(f.last(Kind.LOOP_INPUT), f.fit, f.cores_allowed, f.fit_config)
+    timed = fit_input(f.of_kind(Kind.FIT_INPUT), f.fit) if f.fit is not None else None
+    if timed is not None and f.fit is not None:
+        return backend_input_bound(timed, f.fit, f.cores_allowed)
+    return fit_input_bound(f.input_split, f.fit, f.cores_allowed, f.fit_config)

@@ -1,0 +1,173 @@
+"""Whether input costs a fit its steps: the A/B a careful engineer would run, inside the job.
+
+The fit's own train function is timed on the fit's iterator (real steps) and on
+one cached batch repeated (compute-only steps: no input work at all), in
+rounds, so that drift (a noisy neighbour, a CPU clocking down) falls on both
+sides alike:
+
+- :data:`SETTLE_STEPS` untimed steps (the pause before let the pipeline fill its
+  prefetch buffer: the steps that drain it are not typical);
+- :data:`REAL_STEPS` real steps, each timed to the end of its results;
+- an excursion of :data:`PROBE_STEPS` compute-only steps between two real steps
+  (the first left out: the pipeline's threads, still filling the buffer, take
+  cores from it), every variable they touch restored after.
+
+The difference of the medians is what input costs a step, whether the step waits
+for its batch or the pipeline's threads take the cores from the step; the rounds
+give its spread. Both sides run the same train function on the same thread, so
+Keras' Python loop around it and the dispatch of ``IteratorGetNext`` are in
+neither difference. Sent as one ``input_ab`` event. The excursions cost compute
+steps (the real steps cost two clock reads): the first is cut short at its share
+of the allowance, each later one is run only if the last one's cost still fits,
+and a fit too short (or too costly) for :data:`MIN_ROUNDS` says so.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from tensorgauge.hook.channel import channel
+from tensorgauge.hook.probes import cached_input, restored, time_steps, wait_for
+from tensorgauge.hook.protocol import Kind
+
+ROUNDS, MIN_ROUNDS = 5, 3
+SETTLE_STEPS, REAL_STEPS, PROBE_STEPS = 2, 8, 4
+STEPS_PER_ROUND = SETTLE_STEPS + REAL_STEPS
+_DROPPED = 1  # compute-only steps left out of each excursion
+
+
+def rounds_plan(steps_left: int | None) -> tuple[int, str | None]:
+    """(rounds to run, why none) for a fit with ``steps_left`` steps to go (None: unknown). The cost is
+    bounded as the rounds run (see :class:`InputAB`)."""
+    if steps_left is None:
+        return ROUNDS, None
+    rounds = min(ROUNDS, steps_left // STEPS_PER_ROUND)
+    if rounds < MIN_ROUNDS:
+        return 0, (f"the fit had {max(steps_left, 0)} steps left after its warm-up, fewer than the "
+                   f"{MIN_ROUNDS * STEPS_PER_ROUND} that {MIN_ROUNDS} rounds of real and compute-only steps need")
+    return rounds, None
+
+
+class InputAB:
+    """Runs the rounds as the fit's steps begin (see the module doc)."""
+
+    def __init__(self, model, fit_input, rounds: int, allowance_seconds: float | None, clock=time.monotonic):
+        self.model, self.fit_input = model, fit_input
+        self.rounds, self.allowance_seconds, self.clock = rounds, allowance_seconds, clock
+        self.real: list[list[float]] = [[]]
+        self.compute: list[list[float]] = []
+        self.excursions: list[list[float]] = []  # [start, end] of each, on the clock
+        self.settle = SETTLE_STEPS
+        self.timing = False
+        self.cost = 0.0
+        self.source: str | None = None
+        self.shapes: list[list[int]] | None = None
+        self.spec = None  # the element spec of fit's own iterator
+        self.iterator: object | None = None  # the cached batch, repeated
+        self.original = None  # the fit's train function, while it is wrapped
+        self.active = True
+        self.measured = False  # finished with MIN_ROUNDS rounds or more
+
+    # -- the fit's steps ------------------------------------------------------------
+
+    def on_step_begin(self) -> bool:
+        """At the beginning of each of the fit's steps; True once the A/B is over."""
+        if not self.active:
+            return True
+        if self.original is None:
+            self._wrap()
+        if len(self.real[-1]) >= REAL_STEPS:
+            self._excursion()
+            if len(self.compute) >= self.rounds or not self._affordable():
+                self.finish()
+                return True
+            self.real.append([])
+            self.settle = SETTLE_STEPS
+        self.timing = self.settle <= 0
+        self.settle -= 1
+        return False
+
+    def _wrap(self) -> None:
+        original = self.original = self.model.train_function
+
+        def timed(iterator):
+            if self.spec is None:
+                self.spec = getattr(iterator, "element_spec", None)
+            if not self.timing:
+                return original(iterator)
+            start = time.monotonic()
+            logs = original(iterator)
+            wait_for(logs)
+            self.real[-1].append(time.monotonic() - start)
+            return logs
+
+        self.model.train_function = timed
+
+    def _affordable(self) -> bool:
+        """Another excursion fits in what is left of the allowance (the last one's cost as its estimate:
+        the first also made the cached input and may have traced the train function for it)."""
+        if self.allowance_seconds is None:
+            return True
+        last = self.excursions[-1][1] - self.excursions[-1][0] if self.excursions else 0.0
+        return self.cost + last <= self.allowance_seconds
+
+    def _excursion(self) -> None:
+        began = self.clock()
+        try:
+            if self.iterator is None:
+                x, y, batch_size = self.fit_input
+                self.iterator, self.source, self.shapes = cached_input(x, y, batch_size, spec=self.spec)
+            share = None if self.allowance_seconds is None else self.allowance_seconds / MIN_ROUNDS
+            with restored(self.model):
+                times = time_steps(self.original, self.iterator, PROBE_STEPS, share, began, min_steps=_DROPPED + 1)
+            self.compute.append(times[_DROPPED:])
+        finally:
+            ended = self.clock()
+            self.cost += ended - began
+            self.excursions.append([began, ended])
+
+    # -- the end --------------------------------------------------------------------
+
+    def finish(self) -> None:
+        """Put the fit's train function back and report (at the last round, or when the fit ends first)."""
+        if not self.active:
+            return
+        self.active = False
+        if self.original is not None and self.model.train_function is not self.original:
+            self.model.train_function = self.original
+        real = self.real[: len(self.compute)]  # complete rounds only
+        now = self.clock()
+        if len(self.compute) < MIN_ROUNDS:
+            costly = self.allowance_seconds is not None and bool(self.excursions) and not self._affordable()
+            last = self.excursions[-1][1] - self.excursions[-1][0] if self.excursions else 0.0
+            why = (f"{MIN_ROUNDS} rounds of compute-only steps ({last:.2f} s a round, measured) "
+                   f"would cost more than the {self.allowance_seconds or 0:.2f} s allowed in this fit; tensorgauge run "
+                   "--diagnose measures it anyway" if costly else
+                   f"the fit ended after {len(self.compute)} of the {MIN_ROUNDS} rounds of real and compute-only "
+                   "steps the A/B needs")
+            channel().emit(Kind.INPUT_AB, skipped=why, cost_seconds=round(self.cost, 4),
+                           allowance_seconds=self.allowance_seconds,
+                           excursions_before=[[round(now - a, 6), round(now - b, 6)] for a, b in self.excursions])
+            return
+        self.measured = True
+        channel().emit(Kind.INPUT_AB, real_step_seconds=real, compute_step_seconds=self.compute,
+                       cost_seconds=round(self.cost, 4), allowance_seconds=self.allowance_seconds,
+                       source=self.source, shapes=self.shapes, settle_steps=SETTLE_STEPS,
+                       excursions_before=[[round(now - a, 6), round(now - b, 6)] for a, b in self.excursions])
+
+    def median_share(self) -> float:
+        """Input's share of the real step so far (the analysis gives the verdict; this sizes the follow-up)."""
+        real = [t for r in self.real[: len(self.compute)] for t in r]
+        compute = [t for r in self.compute for t in r]
+        if not real or not compute:
+            return 0.0
+        step = statistics.median(real)
+        return max(0.0, 1 - statistics.median(compute) / step) if step > 0 else 0.0
+
+    def fail(self, exc: BaseException) -> None:
+        self.active = False
+        if self.original is not None:
+            self.model.train_function = self.original
+        channel().emit(Kind.INPUT_AB, error=f"{type(exc).__name__}: {exc}")
+

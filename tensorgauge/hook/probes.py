@@ -1,0 +1,176 @@
+"""Steps timed on the job's own model outside its training: the pieces every probe shares.
+
+- :func:`cached_input`: one batch like fit's, repeated (a real one where it is cheap to take);
+- :func:`restored`: every variable a train step touches, put back as it was afterwards;
+- :func:`time_steps`: calls of a train function on one batch, repeated, each timed to its end;
+- :func:`compute_probe` and :func:`xla_probe`, the two probes built from them (the compute-only
+  limit of a ``--try-fixes`` window; fit's XLA step against the same step without XLA).
+
+The job's results never change: whatever a probe trains is restored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+
+from tensorgauge.hook.channel import channel
+from tensorgauge.hook.diagnose import PYTHON_OPS, _batch_stage_size, _pipeline_ops
+from tensorgauge.hook.protocol import Kind
+
+PROBE_STEPS, PROBE_MIN_STEPS, PROBE_WARMUP = 32, 4, 1
+PEEK_MAX_SHUFFLE = 10_000  # a shuffle buffer larger than this makes a peek at one real batch too costly
+
+
+def _peekable(dataset) -> bool:
+    """A pipeline that can be iterated again to take one real batch cheaply: no Python in it (a
+    generator or py_function may have side effects, or be slow to restart), no large shuffle
+    buffer (a new iterator fills it before its first element) and no cache (a cache read in part
+    warns on the job's stderr)."""
+    try:
+        if any(op in PYTHON_OPS for op in _pipeline_ops(dataset)):
+            return False
+        stage = dataset
+        while stage is not None:
+            if "Cache" in type(stage).__name__:
+                return False
+            buffer = getattr(stage, "_buffer_size", None)
+            if type(stage).__name__.startswith("Shuffle") and buffer is not None:
+                size = int(buffer)
+                if size < 0 or size > PEEK_MAX_SHUFFLE:
+                    return False
+            inputs = stage._inputs()
+            stage = inputs[0] if len(inputs) == 1 else None
+        return True
+    except Exception:
+        return False
+
+
+def cached_input(x, y, batch_size: int | None, spec=None) -> tuple[object, str, list[list[int]]]:
+    """An iterator that yields one batch like fit's, for ever (a train function's input with no input
+    work), where the batch comes from, and its shapes. A pipeline cheap to peek at gives its first
+    batch, cached (``take(1).cache().repeat()``: its element spec is the pipeline's, so the train
+    function is not traced again); arrays give their first rows, and other pipelines zeros shaped by
+    their spec, batched so that the batch dimension is open or fixed as in ``spec`` (the element spec
+    of fit's own iterator, when known: the same spec, the same traced train function)."""
+    import tensorflow as tf
+
+    if isinstance(x, tf.data.Dataset) and _peekable(x):
+        iterator = iter(x.take(1).cache().repeat())
+        return iterator, "a real batch", shapes_of(next(iterator))
+    if isinstance(x, tf.data.Dataset):
+        spec = x.element_spec
+        flat = tf.nest.flatten(spec)
+        open_dims = any(s.shape.rank is None or None in s.shape.as_list()[1:] for s in flat)
+        batch = (next((s.shape[0] for s in flat if s.shape.rank and s.shape[0]), None) or batch_size
+                 or _batch_stage_size(x) or 32)
+        filled = tf.nest.map_structure(lambda s: tf.zeros([batch if d is None else d for d in s.shape], s.dtype), spec)
+        source = "zeros shaped by the dataset's spec" + (" (open dimensions filled with the batch size)"
+                                                          if open_dims else "")
+    else:
+        batch = batch_size or 32
+
+        def rows(array):
+            return tf.convert_to_tensor(array[:batch])
+
+        filled = (tf.nest.map_structure(rows, x), tf.nest.map_structure(rows, y)) if y is not None else \
+            tf.nest.map_structure(rows, x)
+        source = "the arrays' first rows"
+    first = tf.nest.flatten(spec)[0].shape if spec is not None else None
+    fixed = first is not None and first.rank and first[0] is not None
+    iterator = iter(tf.data.Dataset.from_tensor_slices(filled).batch(batch, drop_remainder=bool(fixed))
+                    .take(1).cache().repeat())
+    return iterator, source, shapes_of(filled)
+
+
+@contextlib.contextmanager
+def restored(model):
+    """Every variable a train step touches (model, optimizer, metrics) as it was on entry, on exit.
+    The copies stay on the variables' device (``tf.identity``: TensorFlow copies a variable's buffer
+    before updating it in place while a read of it is alive): ten times cheaper than through numpy."""
+    variables = {id(v): v for v in [*model.variables, *getattr(model.optimizer, "variables", []),
+                                    *getattr(model, "metrics_variables", [])]}.values()
+    tf = sys.modules.get("tensorflow")
+    saved = [(v, tf.identity(getattr(v, "value", v)) if tf is not None else v.numpy()) for v in variables]
+    try:
+        yield
+    finally:
+        for variable, value in saved:
+            variable.assign(value)
+
+
+def wait_for(logs) -> None:
+    """Block until a train function's results exist (a GPU runs its ops after the call returns)."""
+    tf = sys.modules.get("tensorflow")
+    if tf is not None:
+        tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, logs)
+
+
+def time_steps(function, iterator, steps: int, seconds: float | None = None, began: float = 0.0,
+               min_steps: int = PROBE_MIN_STEPS) -> list[float]:
+    """Seconds of each call of a train function on ``iterator``, up to ``steps`` calls, stopping
+    before a call that would end past ``seconds`` since ``began`` (after ``min_steps``)."""
+    times: list[float] = []
+    while len(times) < steps:
+        start = time.monotonic()
+        wait_for(function(iterator))
+        times.append(time.monotonic() - start)
+        if seconds is not None and len(times) >= min_steps and time.monotonic() - began + times[-1] > seconds:
+            break
+    return times
+
+
+def shapes_of(batch) -> list[list[int]]:
+    """Each tensor's shape in a batch (-1: unknown)."""
+    import tensorflow as tf
+
+    return [[int(d) if d is not None else -1 for d in t.shape] for t in tf.nest.flatten(batch)]
+
+
+def compute_probe(model, fit_input, steps: int = PROBE_STEPS, seconds: float | None = None) -> None:
+    """Compute-only step time: the train function on one repeated batch, no input work; up to
+    ``steps`` steps, stopping once ``seconds`` have gone (after :data:`PROBE_MIN_STEPS`)."""
+    try:
+
+        began = time.monotonic()
+        iterator, source, shapes = cached_input(*fit_input)
+        with restored(model):
+            times = time_steps(model.train_function, iterator, steps, seconds, began)
+        channel().emit(Kind.COMPUTE_PROBE, step_seconds=times[PROBE_WARMUP:], total_seconds=time.monotonic() - began,
+                       shapes=shapes, source=source)
+    except Exception as exc:
+        channel().emit(Kind.COMPUTE_PROBE, error=f"{type(exc).__name__}: {exc}")
+
+
+def xla_on_cpu(model) -> bool:
+    """fit compiles its steps with XLA and TensorFlow sees no GPU."""
+    try:
+        import tensorflow as tf
+
+        return getattr(model, "jit_compile", False) is True and not tf.config.list_logical_devices("GPU")
+    except Exception:
+        return False
+
+
+def xla_probe(model, fit_input, steps: int = PROBE_STEPS // 2) -> None:
+    """The train step with XLA (as fit runs it) against the same step built without, on one repeated
+    batch: ``steps`` of each (the new function's first call, its trace, timed apart). The model's
+    variables, its ``jit_compile`` and its train function are restored after."""
+    try:
+        began = time.monotonic()
+        iterator, _, _ = cached_input(*fit_input)
+        function = model.train_function
+        with restored(model):
+            try:
+                xla = time_steps(function, iterator, steps + PROBE_WARMUP)
+                model.jit_compile = False
+                model.make_train_function(force=True)
+                plain = time_steps(model.train_function, iterator, steps + 1)
+            finally:
+                model.jit_compile = True
+                model.train_function = function
+        channel().emit(Kind.XLA_PROBE, xla_step_seconds=xla[PROBE_WARMUP:], plain_step_seconds=plain[1:],
+                       plain_trace_seconds=plain[0], total_seconds=time.monotonic() - began)
+    except Exception as exc:
+        channel().emit(Kind.XLA_PROBE, error=f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,59 @@
+"""The input verdict on real jobs: the A/B a careful engineer would run (real steps against the same
+steps on one cached batch), in fit and in custom loops, and a JAX custom loop counted by its calls."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import needs_tf
+
+from tensorgauge.analyse.run_report import RunReport
+from tensorgauge.store import Store
+
+pytestmark = [needs_tf, pytest.mark.tf]
+JOBS = Path(__file__).parent / "jobs"
+
+
+def record(tg_cmd, store_path, *args) -> RunReport:
+    result = subprocess.run([*tg_cmd, "run", "-q", "--", sys.executable, *args], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return RunReport.load(Store.open(store_path), "last")
+
+
+def test_a_fit_waiting_on_a_serial_python_map_is_input_bound_by_the_ab(store_path, tg_cmd, tmp_path):
+    ab = tmp_path / "ab.json"
+    report = record(tg_cmd, store_path, str(JOBS / "input_cost.py"), "--slow", "--ab", str(ab))
+    truth = json.loads(ab.read_text())
+    split = report.input_split
+    assert split["rounds"] >= 3 and split["established"], split
+    finding = next(f for f in report.findings if f.id == "input_bound")
+    # The job's own A/B (the same fit on one cached batch) loses about a third of its step to input.
+    own = 1 - truth["compute_only_step_seconds"] / truth["step_seconds"]
+    assert own > 0.2 and finding.evidence["input_share"] > 0.1
+    assert "num_parallel_calls" in finding.fix and "prefetch" in finding.fix  # neither is in its pipeline
+    assert report.input_split["cost_seconds"] <= report.input_split["allowance_seconds"] + 0.05
+
+
+def test_a_healthy_cached_prefetched_custom_loop_is_not_input_bound(store_path, tg_cmd):
+    report = record(tg_cmd, store_path, str(JOBS / "input_cost.py"), "--loop")
+    split = report.input_split
+    # next() on its iterator costs what next() on a cached batch costs: step overhead, not input.
+    assert split["measured"] and split["pairs"] >= 32 and split["step_overhead_seconds"] > 0
+    assert "input_bound" not in {f.id for f in report.findings}, split
+
+
+def test_a_jax_custom_loop_is_counted_by_its_calls_with_its_evaluation(store_path, tg_cmd, tmp_path):
+    pytest.importorskip("jax", reason="JAX is not installed (extra [jax])")
+    truth_path = tmp_path / "truth.json"
+    report = record(tg_cmd, store_path, str(JOBS / "jax_loop.py"), str(truth_path))
+    truth = json.loads(truth_path.read_text())
+    loop = next(p for p in report.phases if p.name == "train loop")
+    assert loop.steps == truth["steps"]  # every call of the jitted step, not its traces
+    evaluation = [p for p in report.phases if p.kind == "evaluate"]
+    assert sum(p.steps or 0 for p in evaluation) == truth["eval_steps"]
+    traces = [e.data for e in report.events if e.kind == "trace" and e.data.get("framework") == "jax"]
+    assert {t["function"] for t in traces} == {"train_step", "eval_step"}
+    ids = {f.id for f in report.findings}
+    assert "stalls" not in ids and "input_bound" not in ids  # its compiles are not pauses
