@@ -64,9 +64,29 @@ def test_memory_that_keeps_growing_across_calls_is_a_leak():
     finding = findings(calls("predict", ends))["memory_leak"]
     assert finding.severity == "moderate" and finding.evidence["growth_per_call_late_bytes"] == 20 * MIB
     assert "20.0 MiB per predict call" in finding.title and "lists that collect tensors" in finding.fix
+    assert "20.0 MiB x 9 calls after the first = 180.0 MiB" in finding.title  # the sentence adds up
     # Models built in the loop are named as the likely cause.
     models = [built(n, n, 500 * MIB + n * 20 * MIB) for n in range(1, 12)]
     assert "clear_session" in findings(calls("predict", ends), models)["memory_leak"].fix
+
+
+def test_one_allocation_before_a_late_call_is_not_a_leak():
+    # keras-io's VAE: RSS falls a little over 225 decoder.predict calls, then the script allocates 40 MiB
+    # of new arrays before its last call.
+    ends = [935 * MIB - i * 25 * 1024 for i in range(225)] + [970 * MIB]
+    assert not {"memory_leak", "memory_plateau"} & set(findings(calls("predict", ends)))
+    # ... and the same jump after a steady rise of 5 MiB a call does not make the rise level off or stop.
+    rising = [500 * MIB + i * 5 * MIB for i in range(20)] + [700 * MIB]
+    assert findings(calls("predict", rising))["memory_leak"].evidence["growth_per_call_late_bytes"] == 5 * MIB
+
+
+def test_memory_taken_between_the_calls_is_told_apart_from_memory_kept_by_them():
+    phases = [Phase(name="predict", kind="predict", start=10.0 + i, end=10.5 + i, steps=1,
+                    rss_start_bytes=500 * MIB + i * 20 * MIB, rss_end_bytes=500 * MIB + i * 20 * MIB + MIB)
+              for i in range(10)]
+    leak = findings(phases)["memory_leak"]
+    assert leak.evidence["growth_between_calls_bytes"] > leak.evidence["growth_inside_calls_bytes"]
+    assert "between the calls, in the job's own code" in leak.fix
 
 
 def test_memory_that_levels_off_is_a_plateau_not_a_leak():

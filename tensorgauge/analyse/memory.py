@@ -159,7 +159,7 @@ def swap_pressure(f: RunFacts) -> Finding | None:
         expected_gain="steps stop waiting for pages read back from disk, often many times slower than RAM")
 
 
-@rule("memory_budget", category="memory")
+@rule("memory_budget", category="memory", after=("dataset_in_memory", "memory_growth"))
 def memory_budget(f: RunFacts) -> Finding | None:
     """The budget stop, with what held the memory (read from the memory findings before it)."""
     budget = f.record.budget or {}
@@ -187,11 +187,6 @@ def memory_budget(f: RunFacts) -> Finding | None:
         expected_gain=None)
 
 
-def _slope(values: list[int]) -> float:
-    """Least-squares growth per call."""
-    return float(np.polyfit(np.arange(len(values)), np.asarray(values, dtype=np.float64), 1)[0]) if len(values) > 1 else 0.0
-
-
 def _models_since_clear(events: list[Event]) -> tuple[int, int | None] | None:
     """(models built since the last clear_session(), RSS growth over them) from models_built events."""
     built = [e for e in events if e.kind == Kind.MODELS_BUILT
@@ -211,25 +206,34 @@ def _models_since_clear(events: list[Event]) -> tuple[int, int | None] | None:
     return last.data["since_clear"], last.data["rss"] - first
 
 
-@rule("memory_leak", "memory_plateau", category="memory")
+@rule("memory_leak", "memory_plateau", category="memory", after=("retracing",))
 def memory_leak(f: RunFacts) -> Finding | None:
-    """RSS at the end of repeated fit/predict/evaluate calls that keeps rising: a leak. One that
-    rose and then levelled off is a warm-up plateau: ``memory_plateau`` (info)."""
+    """RSS after repeated fit/predict/evaluate calls that rises call after call, and keeps rising: a
+    leak. One that rose and then levelled off is a warm-up plateau: ``memory_plateau`` (info).
+
+    Judged on the rise per call (the median of the rises from one call's end to the next: a single
+    allocation somewhere in the run moves one of them, not the median), in the earlier and the later
+    half of the calls after the first. What rose inside the calls and between them is told apart."""
     calls = [p for p in model_calls(f.phases, ("fit", "predict", "evaluate")) if p.rss_end_bytes]
     if len(calls) < LEAK_MIN_CALLS:
         return None
     ends = [int(p.rss_end_bytes or 0) for p in calls[1:]]
+    rises = [b - a for a, b in zip(ends, ends[1:])]
+    half = len(rises) // 2
+    early, late = statistics.median(rises[: max(half, 1)]), statistics.median(rises[half:])
     growth = ends[-1] - ends[0]
-    half = len(ends) // 2
-    early, late = _slope(ends[: half + 1]), _slope(ends[half:])
+    inside = sum(p.rss_end_bytes - p.rss_start_bytes for p in calls[2:]
+                 if p.rss_end_bytes is not None and p.rss_start_bytes is not None)
     kinds = sorted({p.kind for p in calls})
     evidence = {"calls": len(calls), "kinds": kinds, "rss_after_first_call_bytes": ends[0],
                 "rss_after_last_call_bytes": ends[-1], "growth_per_call_early_bytes": round(early),
-                "growth_per_call_late_bytes": round(late)}
+                "growth_per_call_late_bytes": round(late), "growth_inside_calls_bytes": inside,
+                "growth_between_calls_bytes": growth - inside}
     what = "/".join(kinds)
-    if max(ends) - ends[0] < LEAK_MIN_BYTES:
-        return None
-    if growth < LEAK_MIN_BYTES or late < LEAK_KEEPS_RISING * max(early, 0.0) or late <= 0:
+    if early <= 0 or max(ends) - ends[0] < LEAK_MIN_BYTES:
+        return None  # no steady rise from call to call (at most a jump or two)
+    per_call = statistics.median(rises)
+    if per_call * len(rises) < LEAK_MIN_BYTES or late < LEAK_KEEPS_RISING * early or late <= 0:
         return Finding(
             id="memory_plateau", severity="info",
             title=f"Memory rose by {format_bytes(max(ends) - ends[0])} over {len(calls)} {what} calls, then "
@@ -246,15 +250,20 @@ def memory_leak(f: RunFacts) -> Finding | None:
                  "before building the next.")
     elif retraced:
         cause = "tf.functions are retraced (see retracing): each trace keeps a graph. Give them fixed signatures."
+    elif growth - inside > inside:
+        cause = ("The memory is taken between the calls, in the job's own code: look for lists that collect "
+                 "tensors, arrays or histories across calls, and keep only what you need (e.g. float(loss)).")
     else:
         cause = ("Something keeps a reference to each call's results: look for lists that collect tensors, "
                  "arrays or histories across calls, and keep only what you need (e.g. float(loss)).")
+    total = per_call * len(rises)
     return Finding(
-        id="memory_leak", severity="high" if growth >= LEAK_HIGH_BYTES else "moderate",
-        title=f"Memory grows by {format_bytes(late)} per {what} call and does not level off "
-              f"(+{format_bytes(growth)} over {len(calls) - 1} calls after the first)",
+        id="memory_leak", severity="high" if total >= LEAK_HIGH_BYTES else "moderate",
+        title=f"Memory grows by {format_bytes(per_call)} per {what} call and does not level off "
+              f"({format_bytes(per_call)} x {len(rises)} calls after the first = {format_bytes(total)}; RSS rose "
+              f"{format_bytes(growth)} in all)",
         evidence=evidence, fix=cause,
-        expected_gain=f"about {format_bytes(late)} per call, {format_bytes(growth)} over this run")
+        expected_gain=f"about {format_bytes(per_call)} per call, {format_bytes(total)} over this run")
 
 
 @rule("models_not_cleared", category="memory")

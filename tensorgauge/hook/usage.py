@@ -116,7 +116,9 @@ def _counted_new(original_new, model_class):
             caller = sys._getframe(1)
             while caller is not None and caller.f_code.co_name == "__new__":  # subclasses' own __new__
                 caller = caller.f_back
-            if caller is None or not isinstance(caller.f_locals.get("self"), model_class):
+            # tf_keras makes a throwaway instance of a functional subclass while it rewrites the class.
+            throwaway = caller is not None and caller.f_code.co_name == "inject_functional_model_class"
+            if caller is None or not (throwaway or isinstance(caller.f_locals.get("self"), model_class)):
                 _model_built(model)
         except Exception:
             pass

@@ -1,4 +1,5 @@
-"""tf.keras as tf_keras (TF_USE_LEGACY_KERAS=1): fit, save, load, predict."""
+"""tf.keras as tf_keras (TF_USE_LEGACY_KERAS=1): fit, save, load, predict; and three models of a
+functional subclass (tf_keras makes a throwaway instance of such a class while it rewrites it)."""
 
 import os
 import tempfile
@@ -15,3 +16,12 @@ path = os.path.join(tempfile.mkdtemp(), "m.keras")
 model.save(path)
 restored = tf.keras.models.load_model(path)
 restored.predict(x, verbose=0)
+
+
+class Functional(tf.keras.Model):
+    def __init__(self):
+        inputs = tf.keras.Input((4,))
+        super().__init__(inputs, tf.keras.layers.Dense(2)(inputs))
+
+
+built = [Functional() for _ in range(3)]
