@@ -196,6 +196,7 @@ def test_stalls_at_epoch_starts_and_mid_epoch():
         ("epoch 3", 1.51, True), ("epoch 4", 1.51, True), ("epoch 2", 1.2, False)]
     assert finding.evidence["stalls"][0]["t"] == 20.0 and finding.evidence["lost_seconds"] == 4.19
     assert finding.severity == "moderate" and "epochs start" in finding.fix  # 4.2 s of a 40 s fit: 10%
+    assert "fit was given arrays" in stalls(fit_phase, epochs, digests, arrays=True).fix
     assert "longest, 1.5 s, at an epoch's start in epoch 3 at 20.0 s" in finding.title
     # A wait before the first step and a slow first step are one pause; a later digest of the same
     # epoch (a long epoch is digested a minute at a time) does not restart the epoch.

@@ -55,5 +55,9 @@ def test_a_jax_custom_loop_is_counted_by_its_calls_with_its_evaluation(store_pat
     assert sum(p.steps or 0 for p in evaluation) == truth["eval_steps"]
     traces = [e.data for e in report.events if e.kind == "trace" and e.data.get("framework") == "jax"]
     assert {t["function"] for t in traces} == {"train_step", "eval_step"}
-    ids = {f.id for f in report.findings}
-    assert "stalls" not in ids and "input_bound" not in ids  # its compiles are not pauses
+    found = {f.id: f for f in report.findings}
+    assert "stalls" not in found and "input_bound" not in found  # its compiles are not pauses
+    loop_config = next(e.data for e in report.events if e.kind == "fit_config" and e.data.get("loop"))
+    assert loop_config["backend"] == "jax"
+    if "small_batch" in found:  # advice for a jax.jit loop, not a tf.function's
+        assert "jax.lax.scan" in found["small_batch"].fix

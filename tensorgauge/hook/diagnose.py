@@ -84,7 +84,9 @@ def send_loop_config(dataset, eager: bool) -> None:
     try:
         batch_size = (_dataset_batch_size(dataset) or _batch_stage_size(dataset)) if dataset is not None else None
         inspect = dataset is not None and _pipeline_asked()
-        channel().emit(Kind.FIT_CONFIG, loop=True, eager=eager, run_eagerly=False,
+        keras = sys.modules.get("keras")
+        backend = str(keras.backend.backend()) if keras is not None and hasattr(keras, "backend") else "tensorflow"
+        channel().emit(Kind.FIT_CONFIG, loop=True, eager=eager, run_eagerly=False, backend=backend,
                        **_runtime_facts(sys.modules.get("tensorflow")),
                        jit_compile="None", steps_per_execution=1, epochs=None,
                        batch_size=int(batch_size) if batch_size else None, dataset=dataset is not None,

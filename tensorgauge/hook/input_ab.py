@@ -5,12 +5,17 @@ one cached batch repeated (compute-only steps: no input work at all), in
 rounds, so that drift (a noisy neighbour, a CPU clocking down) falls on both
 sides alike:
 
-- :data:`SETTLE_STEPS` untimed steps (the pause before let the pipeline fill its
-  prefetch buffer: the steps that drain it are not typical);
+- untimed steps, :data:`SETTLE_STEPS` or about three for every step the pause
+  before lasted (the pause let the pipeline fill its prefetch buffer: the steps
+  that drain it are not typical);
 - :data:`REAL_STEPS` real steps, each timed to the end of its results;
-- an excursion of :data:`PROBE_STEPS` compute-only steps between two real steps
-  (the first left out: the pipeline's threads, still filling the buffer, take
-  cores from it), every variable they touch restored after.
+- an excursion of :data:`PROBE_STEPS` compute-only steps between two real steps,
+  each after a pause as long as Keras' loop leaves between two real steps (a
+  step right after another finds TensorFlow's threads still spinning, one after
+  Python's work between steps does not: 5-8% of a 5 ms step)
+  (the first two left out: the pipeline's threads, still filling its buffer,
+  take cores from them; with one left out, a serial Python map's 35% cost read
+  as 11-27%), every variable they touch restored after.
 
 The difference of the medians is what input costs a step, whether the step waits
 for its batch or the pipeline's threads take the cores from the step; the rounds
@@ -24,6 +29,7 @@ and a fit too short (or too costly) for :data:`MIN_ROUNDS` says so.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 
@@ -32,9 +38,10 @@ from tensorgauge.hook.probes import cached_input, restored, time_steps, wait_for
 from tensorgauge.hook.protocol import Kind
 
 ROUNDS, MIN_ROUNDS = 5, 3
-SETTLE_STEPS, REAL_STEPS, PROBE_STEPS = 2, 8, 4
+SETTLE_STEPS, REAL_STEPS, PROBE_STEPS = 2, 8, 6
+MAX_SETTLE_STEPS = 24
 STEPS_PER_ROUND = SETTLE_STEPS + REAL_STEPS
-_DROPPED = 1  # compute-only steps left out of each excursion
+_DROPPED = 2  # compute-only steps left out of each excursion (the pipeline still fills its buffer meanwhile)
 
 
 def rounds_plan(steps_left: int | None) -> tuple[int, str | None]:
@@ -64,10 +71,14 @@ class InputAB:
         self.source: str | None = None
         self.shapes: list[list[int]] | None = None
         self.spec = None  # the element spec of fit's own iterator
+        self.settled = SETTLE_STEPS  # the most real steps left untimed after an excursion
+        self.gaps: list[float] = []  # between a timed real step's end and the next one's start (Keras' loop)
+        self.last_end: float | None = None
         self.iterator: object | None = None  # the cached batch, repeated
         self.original = None  # the fit's train function, while it is wrapped
         self.active = True
         self.measured = False  # finished with MIN_ROUNDS rounds or more
+        self.too_slow = False  # the real steps are too long for even one excursion in the allowance
 
     # -- the fit's steps ------------------------------------------------------------
 
@@ -78,12 +89,16 @@ class InputAB:
         if self.original is None:
             self._wrap()
         if len(self.real[-1]) >= REAL_STEPS:
+            if not self.excursions and not self._first_fits():
+                self.finish()
+                return True
             self._excursion()
             if len(self.compute) >= self.rounds or not self._affordable():
                 self.finish()
                 return True
             self.real.append([])
-            self.settle = SETTLE_STEPS
+            self.settle = self._settle_steps()
+            self.settled = max(self.settled, self.settle)
         self.timing = self.settle <= 0
         self.settle -= 1
         return False
@@ -95,14 +110,37 @@ class InputAB:
             if self.spec is None:
                 self.spec = getattr(iterator, "element_spec", None)
             if not self.timing:
+                self.last_end = None
                 return original(iterator)
             start = time.monotonic()
+            if self.last_end is not None:
+                self.gaps.append(start - self.last_end)
             logs = original(iterator)
             wait_for(logs)
-            self.real[-1].append(time.monotonic() - start)
+            self.last_end = time.monotonic()
+            self.real[-1].append(self.last_end - start)
             return logs
 
         self.model.train_function = timed
+
+    def _settle_steps(self) -> int:
+        """Real steps to leave untimed after an excursion: what the pipeline prefetched during it drains
+        at the difference of two rates, so about three steps for every real step the excursion lasted
+        (at least :data:`SETTLE_STEPS`, at most :data:`MAX_SETTLE_STEPS`)."""
+        times = self.real[-2] if len(self.real) > 1 else self.real[-1]
+        if not times or not self.excursions:
+            return SETTLE_STEPS
+        paused = self.excursions[-1][1] - self.excursions[-1][0]
+        step = statistics.median(times)
+        return int(min(MAX_SETTLE_STEPS, max(SETTLE_STEPS, math.ceil(3 * paused / max(step, 1e-9)))))
+
+    def _first_fits(self) -> bool:
+        """The first excursion's fewest compute-only steps, at most a real step each, fit in its share of the
+        allowance (one step of a minute-long fit of 350 ms steps already does not)."""
+        if self.allowance_seconds is None:
+            return True
+        self.too_slow = (_DROPPED + 1) * statistics.median(self.real[-1]) > self.allowance_seconds / MIN_ROUNDS
+        return not self.too_slow
 
     def _affordable(self) -> bool:
         """Another excursion fits in what is left of the allowance (the last one's cost as its estimate:
@@ -119,8 +157,10 @@ class InputAB:
                 x, y, batch_size = self.fit_input
                 self.iterator, self.source, self.shapes = cached_input(x, y, batch_size, spec=self.spec)
             share = None if self.allowance_seconds is None else self.allowance_seconds / MIN_ROUNDS
+            gap = statistics.median(self.gaps) if self.gaps else 0.0
             with restored(self.model):
-                times = time_steps(self.original, self.iterator, PROBE_STEPS, share, began, min_steps=_DROPPED + 1)
+                times = time_steps(self.original, self.iterator, PROBE_STEPS, share, began, min_steps=_DROPPED + 1,
+                                   gap=gap)
             self.compute.append(times[_DROPPED:])
         finally:
             ended = self.clock()
@@ -134,6 +174,7 @@ class InputAB:
         if not self.active:
             return
         self.active = False
+        self.iterator = None  # the cached batch's pipeline: nothing of it outlives the A/B
         if self.original is not None and self.model.train_function is not self.original:
             self.model.train_function = self.original
         real = self.real[: len(self.compute)]  # complete rounds only
@@ -141,11 +182,17 @@ class InputAB:
         if len(self.compute) < MIN_ROUNDS:
             costly = self.allowance_seconds is not None and bool(self.excursions) and not self._affordable()
             last = self.excursions[-1][1] - self.excursions[-1][0] if self.excursions else 0.0
-            why = (f"{MIN_ROUNDS} rounds of compute-only steps ({last:.2f} s a round, measured) "
-                   f"would cost more than the {self.allowance_seconds or 0:.2f} s allowed in this fit; tensorgauge run "
-                   "--diagnose measures it anyway" if costly else
-                   f"the fit ended after {len(self.compute)} of the {MIN_ROUNDS} rounds of real and compute-only "
-                   "steps the A/B needs")
+            if self.too_slow:
+                why = (f"compute-only steps of up to {statistics.median(self.real[-1]) * 1000:.0f} ms (the real step) "
+                       f"would cost more than the {self.allowance_seconds or 0:.2f} s allowed in this fit; tensorgauge "
+                       "run --diagnose measures it anyway")
+            elif costly:
+                why = (f"{MIN_ROUNDS} rounds of compute-only steps ({last:.2f} s a round, measured) would cost more "
+                       f"than the {self.allowance_seconds or 0:.2f} s allowed in this fit; tensorgauge run --diagnose "
+                       "measures it anyway")
+            else:
+                why = (f"the fit ended after {len(self.compute)} of the {MIN_ROUNDS} rounds of real and compute-only "
+                       "steps the A/B needs")
             channel().emit(Kind.INPUT_AB, skipped=why, cost_seconds=round(self.cost, 4),
                            allowance_seconds=self.allowance_seconds,
                            excursions_before=[[round(now - a, 6), round(now - b, 6)] for a, b in self.excursions])
@@ -153,7 +200,7 @@ class InputAB:
         self.measured = True
         channel().emit(Kind.INPUT_AB, real_step_seconds=real, compute_step_seconds=self.compute,
                        cost_seconds=round(self.cost, 4), allowance_seconds=self.allowance_seconds,
-                       source=self.source, shapes=self.shapes, settle_steps=SETTLE_STEPS,
+                       source=self.source, shapes=self.shapes, settle_steps=self.settled,
                        excursions_before=[[round(now - a, 6), round(now - b, 6)] for a, b in self.excursions])
 
     def median_share(self) -> float:

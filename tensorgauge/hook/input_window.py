@@ -13,8 +13,7 @@ after :data:`WINDOW_START` warm-up steps:
 
 Their cost is bounded by the fit's length: at most :data:`COST_SHARE` of the
 fit, or :data:`COST_FLOOR_SECONDS` for short fits, from the median step and the
-fit's expected length (its length so far while that is unknown); the window gets
-what the A/B left of the allowance. What does not fit is skipped, and the event says why.
+fit's expected length (its length so far while that is unknown). What does not fit is skipped, and the event says why.
 Never under a distribution strategy (TensorFlow 2.21's multi-worker runtime can
 crash in a profiler window), unless ``always`` (``--diagnose``), which also
 lifts the bound and times XLA against no XLA on a CPU.
@@ -32,34 +31,19 @@ from tensorgauge.hook.input_ab import InputAB, rounds_plan
 from tensorgauge.hook.listeners import FitCall, FitListener, on_fit
 from tensorgauge.hook.probes import xla_on_cpu, xla_probe
 from tensorgauge.hook.profiler_window import (
-    WINDOW_FIXED_SECONDS,
-    WINDOW_MIN_STEPS,
-    WINDOW_SLOWDOWN,
     WINDOW_STEPS,
     ProfilerWindow,
 )
 from tensorgauge.hook.protocol import WINDOW_START, Kind
 
 KEPT_STARTS = 200
-COST_SHARE, COST_FLOOR_SECONDS = 0.01, 0.25
-MAX_ATTEMPTS = 3  # fits of a process that may try the A/B until one measures (a warm-up fit is often too short)
+COST_SHARE, COST_FLOOR_SECONDS = 0.01, 0.4
 EXPLAIN_FROM_SHARE = 0.05  # an input cost the A/B measured this large is worth a profiler window to explain
 
 
 def allowance(fit_seconds: float) -> float:
     """What the diagnosis may cost in a fit of ``fit_seconds``."""
     return max(COST_SHARE * fit_seconds, COST_FLOOR_SECONDS)
-
-
-def window_plan(step_seconds: float, left_seconds: float) -> tuple[int, str | None]:
-    """(steps to profile, why none) with ``left_seconds`` of the allowance left."""
-    for steps in range(WINDOW_STEPS, WINDOW_MIN_STEPS - 1, -1):
-        if WINDOW_FIXED_SECONDS + WINDOW_SLOWDOWN * steps * step_seconds <= left_seconds:
-            return steps, None
-    cost = WINDOW_FIXED_SECONDS + WINDOW_SLOWDOWN * WINDOW_MIN_STEPS * step_seconds
-    return 0, (f"a profiler window to say how input costs the steps would cost about {cost:.2f} s, more than the "
-               f"{max(left_seconds, 0.0):.2f} s left of the diagnosis' allowance; tensorgauge run --diagnose "
-               "profiles it anyway")
 
 
 def _under_strategy(model) -> bool:
@@ -91,11 +75,14 @@ def _planned_steps(call: FitCall) -> int | None:
 
 
 class _InputDiagnosis(FitListener):
-    """Decides, from step :data:`WINDOW_START` + 1 of the process's first fit, how many rounds of the
-    A/B fit the bound; runs them; then a profiler window where the A/B found a cost."""
+    """Decides, at step :data:`WINDOW_START` + 1 of a fit, how many rounds of the A/B the fit has room
+    for; runs them; then, with --diagnose, a profiler window where the A/B found a cost. Once one fit
+    of the process has measured, no other tries; until then, a fit tries when it is expected to last at
+    least twice as long as the longest that tried (a warm-up fit is often too short, the real one after
+    it long enough; a sweep of equal fits tries once)."""
 
-    done = False  # measured (or given up): once per process
-    attempts = 0  # fits whose A/B was skipped: a later, longer fit may allow it (at most MAX_ATTEMPTS)
+    done = False  # measured: once per process
+    longest_tried = 0.0  # the expected seconds of the longest fit that tried and did not measure
 
     def __init__(self, call: FitCall, unbounded: bool):
         self.call, self.unbounded = call, unbounded
@@ -129,7 +116,7 @@ class _InputDiagnosis(FitListener):
             self.starts.append(now)
         if epoch == 0:
             self.first_epoch_steps += 1
-        if self.seen > WINDOW_START and (self.seen - WINDOW_START) % WINDOW_START == 1:
+        if self.seen == WINDOW_START + 1:
             self._decide(model, epoch, now)
 
     def _step_seconds(self) -> float:
@@ -141,14 +128,20 @@ class _InputDiagnosis(FitListener):
 
     def _decide(self, model, epoch: int, now: float) -> None:
         if _under_strategy(model) and not self.unbounded:
+            _InputDiagnosis.done = True  # every fit of this process runs under it
             self._skip("fit runs under a distribution strategy, where a profiler window can crash TensorFlow "
                        "2.21; tensorgauge run --diagnose measures it anyway")
             return
         step, left = self._step_seconds(), self._steps_left(epoch)
+        # The fit's expected length; while it is unknown (a dataset of unknown size in its first epoch),
+        # its length so far: the bound then holds whatever its end.
+        expected = (now - self.began) + step * (left or 0)
+        if _InputDiagnosis.longest_tried and (left is None or expected < 2 * _InputDiagnosis.longest_tried):
+            self.decided = True  # not long enough to do better than the fit that tried before
+            return
+        _InputDiagnosis.longest_tried = max(_InputDiagnosis.longest_tried, expected)
         if not self.unbounded:
-            # The fit's expected length; while it is unknown (a dataset of unknown size in its first
-            # epoch), its length so far: the bound then holds whatever its end.
-            self.budget = allowance((now - self.began) + step * (left or 0))
+            self.budget = allowance(expected)
         rounds, why = rounds_plan(left)
         if not rounds:
             self._skip(why)
@@ -158,38 +151,24 @@ class _InputDiagnosis(FitListener):
         self.ab.on_step_begin()  # this step is the first of the A/B
 
     def _explain(self, now: float) -> None:
-        """After the A/B: a profiler window where it found a cost worth explaining (always, unbounded)."""
+        """After the A/B, with --diagnose: a profiler window where it found a cost worth explaining. Not by
+        default: a window's cost (reading its trace) grows with the ops in a step, past any estimate from
+        the step time (1.3 s for keras-io's weather LSTM against 0.5 s allowed)."""
         assert self.ab is not None
-        if not self.unbounded and self.ab.median_share() < EXPLAIN_FROM_SHARE:
+        if not self.unbounded or self.ab.median_share() < EXPLAIN_FROM_SHARE:
             return
-        steps = WINDOW_STEPS
-        if self.budget is not None:
-            steps, why = window_plan(self._step_seconds(), self.budget - self.ab.cost)
-            if not steps:
-                channel().emit(Kind.INPUT_PROBE, skipped=why, allowance_seconds=self.budget)
-                return
-        self.window = ProfilerWindow(steps, self.budget)
+        self.window = ProfilerWindow(WINDOW_STEPS, None)
         if self.window.start():
             self.window.on_step_begin(time.monotonic())
 
     def _skip(self, why: str | None) -> None:
         self.decided = True
-        self._gave_up()
         channel().emit(Kind.INPUT_AB, skipped=why, allowance_seconds=self.budget)
-
-    @staticmethod
-    def _gave_up() -> None:
-        """This fit's A/B did not measure: the process's next fit may try, up to :data:`MAX_ATTEMPTS` fits."""
-        _InputDiagnosis.attempts += 1
-        _InputDiagnosis.done = _InputDiagnosis.attempts >= MAX_ATTEMPTS
 
     def on_train_end(self, model) -> None:
         if self.ab is not None:
             self.ab.finish()
-            if self.ab.measured:
-                _InputDiagnosis.done = True
-            elif not _InputDiagnosis.done:
-                self._gave_up()
+            _InputDiagnosis.done = _InputDiagnosis.done or self.ab.measured
         if self.window is not None:
             self.window.finish()
         if not self.decided:

@@ -108,11 +108,14 @@ def wait_for(logs) -> None:
 
 
 def time_steps(function, iterator, steps: int, seconds: float | None = None, began: float = 0.0,
-               min_steps: int = PROBE_MIN_STEPS) -> list[float]:
+               min_steps: int = PROBE_MIN_STEPS, gap: float = 0.0) -> list[float]:
     """Seconds of each call of a train function on ``iterator``, up to ``steps`` calls, stopping
-    before a call that would end past ``seconds`` since ``began`` (after ``min_steps``)."""
+    before a call that would end past ``seconds`` since ``began`` (after ``min_steps``); ``gap``
+    seconds of pause before each call (not timed)."""
     times: list[float] = []
     while len(times) < steps:
+        if gap > 0:
+            time.sleep(gap)
         start = time.monotonic()
         wait_for(function(iterator))
         times.append(time.monotonic() - start)

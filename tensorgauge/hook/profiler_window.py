@@ -23,10 +23,7 @@ import time
 from tensorgauge.hook.channel import channel
 from tensorgauge.hook.protocol import Kind
 
-WINDOW_STEPS, WINDOW_MIN_STEPS = 10, 3
-# The window's cost, measured (benchmarks/diagnose_overhead.py): a fixed part (profiler start, stop,
-# reading the trace) and a slowdown of the profiled steps.
-WINDOW_FIXED_SECONDS, WINDOW_SLOWDOWN = 0.15, 0.1
+WINDOW_STEPS = 10
 _GET_NEXT = "IteratorGetNextOp::DoCompute"
 _COLLECTIVES = ("CollectiveReduce", "CollectiveGather", "CollectiveAllToAll", "NcclAllReduce", "AllReduce")
 _INPUT_THREADS = ("tf_data_private_threadpool", "tf_data_iterator_resource")  # not get_next: that is the wait

@@ -121,6 +121,8 @@ class TrainLoop:
         if self.floor is not None:
             self.pairs.append([seconds, self.floor, 1 if self.floor_after else 0])
             self.floor, self.floor_after = None, False
+            if len(self.pairs) >= PAIRS_KEPT:
+                self.cached = None  # paired enough: its pipeline need not outlive this
         elif self.cached is None and self.phase is not None and self.steps >= 2 and not self.tried:
             self.tried = True
             began = self.clock()
