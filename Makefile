@@ -47,7 +47,8 @@ lint: $(VENV)/.installed-test
 bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/sampler_overhead.py
 	$(BIN)/python benchmarks/hook_overhead.py
-	$(BIN)/python benchmarks/diagnose_overhead.py
+	$(BIN)/python benchmarks/tool_cost.py
+	$(BIN)/python benchmarks/input_verdict.py
 	$(BIN)/python benchmarks/diagnose_accuracy.py
 	$(BIN)/python benchmarks/report_build.py
 

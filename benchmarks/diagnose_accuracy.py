@@ -1,4 +1,4 @@
-"""How close --diagnose's input evidence comes to an independent A/B measurement.
+"""How close the input A/B's evidence (with --diagnose) comes to an independent A/B measurement.
 
 Each round runs the input-bound scenario once under ``tensorgauge run
 --diagnose`` and once as ``--ab`` (the same job measured by hand in one
@@ -22,7 +22,7 @@ from tensorgauge.store import Store
 
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 5
 JOB = [sys.executable, "-m", "tensorgauge.scenarios.input_bound"]
-FIGURES = {"input_wait_seconds_per_step": "input_only_batch_seconds",
+FIGURES = {"input_seconds_per_step": "input_only_batch_seconds",
            "compute_only_step_seconds": "compute_only_step_seconds"}
 
 
