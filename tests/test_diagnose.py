@@ -235,6 +235,13 @@ def test_a_pause_after_the_last_step_before_fit_returns_is_a_stall_and_not_idle_
     assert found.evidence["stalls"] == [{"t": 6.0, "seconds": 19.0, "epoch": "fit", "at_epoch_start": False,
                                         "after_last_step": True}]
     assert "after its last step" in found.title and "on_train_end" in found.fix
+    # A step that spans a validation pass (the last of an epoch, timed to the next) is not a pause.
+    spanning = digest([0.01] * 100 + [4.0] + [0.01] * 100, start=0.0)  # a 4 s step ending at 5.0 s
+    fit_span = Phase(name="fit", kind="fit", start=0.0, end=6.0, step_seconds_p50=0.01, steps=201)
+    valid = Phase(name="validation", kind="evaluate", start=1.05, end=4.95, parent=1)
+    whole = [Phase(name="epoch 1", kind="epoch", start=0.0, end=6.0, parent=0)]
+    assert stalls(fit_span, whole, [spanning]) is not None
+    assert stalls(fit_span, whole, [spanning], nested=[whole[0], valid]) is None
     # cores_idle is left to the stall: no "larger batch" advice for a pause
     record = RunRecord(run_id="r", command=["x"], started_at="2026", wall_seconds=30.0,
                        env={"host": {"cores_allowed": 2.0}})

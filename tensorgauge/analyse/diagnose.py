@@ -305,9 +305,10 @@ def stalls(fit: Phase | None, epochs: list[Phase], digests: list[StepDigest],
     :data:`STALL_MIN_SECONDS`), epochs that take that long from their start to the end of
     their first step, and a wait that long after the fit's last step (or its last validation, of
     the phases ``nested`` in it) before it returned. The fit's first :data:`WARMUP_STEPS` steps
-    (tracing, building) are start-up, not stalls. Time inside ``own`` (the tool's own pauses) is
-    not counted."""
-    own = own or []
+    (tracing, building) are start-up, not stalls. Time inside ``own`` (the tool's own pauses) and
+    inside the fit's validation passes is not counted."""
+    # The fit's own validation passes are work, not pauses: a step that spans one is not a stall.
+    own = (own or []) + [(p.start, p.end) for p in nested or [] if p.kind == "evaluate"]
     if fit is None or not fit.step_seconds_p50 or not epochs:
         return None
     p50 = fit.step_seconds_p50
