@@ -163,7 +163,8 @@ def test_run_and_monitor_take_fake_sources(tmp_path, monkeypatch):
     sources = FakeSources(tree=tree, system=FakeSystem(), gpus=FakeGpus(names=["Fake GPU"]),
                           host={"hostname": "fake-host", "cores_allowed": 3.0})
     store = Store.open(tmp_path / "runs.db")
-    result = run([sys.executable, "-c", "pass"], store, sources=sources, hook=False)
+    # A child that lives a few samples: one that exits before the first may leave none (under a full suite).
+    result = run([sys.executable, "-c", "import time; time.sleep(0.3)"], store, sources=sources, hook=False)
     record = store.run(result.record.run_id)
     assert record.env["host"] == {"hostname": "fake-host", "cores_allowed": 3.0, "gpus": ["Fake GPU"]}
     assert {s.rss_bytes for s in store.samples(record.run_id)} == {4096}

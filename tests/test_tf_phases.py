@@ -135,13 +135,13 @@ def test_hook_does_not_change_results(tg_cmd, store_path):
     hooked = record(tg_cmd, PY, "-c", code).stdout
     bare = subprocess.run([PY, "-c", code], capture_output=True, text=True, check=True).stdout
     assert hooked == bare and "[" in hooked
-    # --diagnose runs the input A/B (compute-only steps between the fit's own, every variable restored
-    # after each excursion), then profiles 10 steps.
+    # --diagnose runs the input A/B: compute-only steps between the fit's own, every variable restored
+    # after each excursion (a profiler window follows only where it finds an input cost).
     diagnosed = subprocess.run([*tg_cmd, "run", "-q", "--diagnose", "--", PY, "-c", code],
                                capture_output=True, text=True, check=True).stdout
     assert diagnosed == bare
     events = RunReport.load(Store.open(store_path), "last").events
-    assert [e.kind for e in events if e.kind in ("input_ab", "input_probe")] == ["input_ab", "input_probe"]
+    assert [e.kind for e in events if e.kind == "input_ab"] == ["input_ab"]
     assert next(e.data for e in events if e.kind == "input_ab").get("compute_step_seconds"), events
     assert not any(e.data.get("error") for e in events if e.kind in ("input_ab", "input_probe"))
 

@@ -82,7 +82,13 @@ def test_compute_probe_runs_on_the_shapes_of_real_batches(store_path, tg_cmd, tm
     # Zeros of (32, 32, 7) gave a limit 4-6x too low; between two timings minutes apart this VM's
     # speed varies by up to half, so the test holds the factor, the README the 15% figure.
     assert 0.5 < median / truth["compute_only_step_seconds"] < 2.0
-    assert "stalls" not in {f.id for f in report.findings}  # the profiler's own stop is not a stall
+    # The profiler's own stop and the A/B's excursions are not stalls (other pauses of this 2-core VM may be).
+    found = {f.id: f for f in report.findings}
+    own = [(e.t - (e.data.get("stop_seconds") or 0.0) - 0.05, e.t + 0.05) for e in report.events
+           if e.kind == "input_probe" and e.data.get("step_seconds")]
+    own += [(e.t - a, e.t - b) for e in report.events if e.kind == "input_ab" for a, b in e.data.get("excursions_before", [])]
+    for stall in found["stalls"].evidence["stalls"] if "stalls" in found else []:
+        assert not any(a <= stall["t"] + stall["seconds"] and stall["t"] <= b for a, b in own), (stall, own)
 
 
 def test_a_prefetched_map_taking_the_cores_counts_as_input_bound_in_a_plain_run(store_path, tg_cmd, tmp_path):
