@@ -127,10 +127,15 @@ class _InputDiagnosis(FitListener):
         return None if per_epoch is None else max(0, self.epochs * per_epoch - self.seen)
 
     def _decide(self, model, epoch: int, now: float) -> None:
-        if _under_strategy(model) and not self.unbounded:
-            _InputDiagnosis.done = True  # every fit of this process runs under it
-            self._skip("fit runs under a distribution strategy, where a profiler window can crash TensorFlow "
-                       "2.21; tensorgauge run --diagnose measures it anyway")
+        if _under_strategy(model):
+            # Every fit of this process runs under it, and the A/B's compute-only steps would run the
+            # strategy's collectives on this worker alone (the others would wait for it): never here.
+            _InputDiagnosis.done = True
+            self._skip("fit runs under a distribution strategy: compute-only steps on one worker would stall "
+                       "the others' collectives" + ("; --diagnose profiles a window of its steps instead"
+                                                    if self.unbounded else ""))
+            if self.unbounded:  # a profiler window over its own steps (wait, all-reduce, input work)
+                self._start_window()
             return
         step, left = self._step_seconds(), self._steps_left(epoch)
         # The fit's expected length; while it is unknown (a dataset of unknown size in its first epoch),
@@ -155,8 +160,10 @@ class _InputDiagnosis(FitListener):
         default: a window's cost (reading its trace) grows with the ops in a step, past any estimate from
         the step time (1.3 s for keras-io's weather LSTM against 0.5 s allowed)."""
         assert self.ab is not None
-        if not self.unbounded or self.ab.median_share() < EXPLAIN_FROM_SHARE:
-            return
+        if self.unbounded and self.ab.median_share() >= EXPLAIN_FROM_SHARE:
+            self._start_window()
+
+    def _start_window(self) -> None:
         self.window = ProfilerWindow(WINDOW_STEPS, None)
         if self.window.start():
             self.window.on_step_begin(time.monotonic())
