@@ -79,17 +79,18 @@ T_CRITICAL = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36}
 def ab_verdict(ab: dict) -> dict:
     """What the A/B's rounds say: the real and compute-only step (medians over every round), input's
     share of the step, the lowest and highest share of any round, and whether the cost is established:
-    at least :data:`INPUT_MODERATE` of the step, and the rounds agree that the real step is slower:
-    every one of them, or their mean share clear of zero by Student's t at 97.5% (one round lost to an
-    epoch's end does not hide a cost the others all show; a pooled figure the rounds do not bear out
-    is "within noise")."""
+    at least :data:`INPUT_MODERATE` of the step, and the rounds bear that out: every one of them at
+    least that, or their mean share above it by Student's t at 97.5% (one round lost to an epoch's
+    end does not hide a cost the others all show; a pooled figure the rounds do not bear out is
+    "within noise", never a finding that flips from run to run)."""
     real, compute = ab.get("real_step_seconds") or [], ab.get("compute_step_seconds") or []
     pairs = [(r, c) for r, c in zip(real, compute) if r and c]
     step = statistics.median(t for r, _ in pairs for t in r) if pairs else 0.0
     limit = statistics.median(t for _, c in pairs for t in c) if pairs else 0.0
     shares = [1 - statistics.median(c) / statistics.median(r) for r, c in pairs]
     share = max(0.0, 1 - limit / step) if step > 0 else 0.0
-    established = bool(shares) and share >= INPUT_MODERATE and (min(shares) > 0 or _clear_of_zero(shares))
+    established = bool(shares) and share >= INPUT_MODERATE and (min(shares) >= INPUT_MODERATE
+                                                                 or _clear_of(shares, INPUT_MODERATE))
     if established:
         verdict = "input costs the steps"
     elif share >= INPUT_MODERATE:
@@ -104,11 +105,13 @@ def ab_verdict(ab: dict) -> dict:
             "established": established, "verdict": verdict}
 
 
-def _clear_of_zero(shares: list[float]) -> bool:
+def _clear_of(shares: list[float], threshold: float) -> bool:
+    """The rounds' mean share is above ``threshold`` by Student's t at 97.5% (one-sided)."""
     if len(shares) < 3:
         return False
     spread = statistics.stdev(shares)
-    return spread > 0 and statistics.mean(shares) / (spread / len(shares) ** 0.5) >= T_CRITICAL.get(len(shares) - 1, 2.36)
+    excess = statistics.mean(shares) - threshold
+    return spread > 0 and excess / (spread / len(shares) ** 0.5) >= T_CRITICAL.get(len(shares) - 1, 2.36)
 
 
 def _window_split(window: dict, probe: dict | None) -> dict:
