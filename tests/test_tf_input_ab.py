@@ -61,3 +61,16 @@ def test_a_jax_custom_loop_is_counted_by_its_calls_with_its_evaluation(store_pat
     assert loop_config["backend"] == "jax"
     if "small_batch" in found:  # advice for a jax.jit loop, not a tf.function's
         assert "jax.lax.scan" in found["small_batch"].fix
+
+
+def test_the_compute_only_input_has_fits_spec_and_holds_nothing_of_the_jobs_pipeline():
+    out = subprocess.run([sys.executable, str(JOBS / "cached_inputs.py")], capture_output=True, text=True, check=True)
+    lines = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    cases = {line["case"]: line for line in lines if "case" in line}
+    assert set(cases) == {"open batch", "fixed batch", "dict features", "generator", "arrays"}
+    assert all(c["spec_matches"] and c["repeats"] for c in cases.values()), cases  # no new trace, one batch
+    assert cases["open batch"]["source"] == "a real batch" and cases["open batch"]["shapes"] == [[8, 3], [8, 1]]
+    assert cases["generator"]["source"].startswith("zeros")  # a generator is not restarted to peek
+    assert cases["arrays"]["batch_dim"] is None  # as fit batches arrays: the last batch may be smaller
+    # Deleting an autotuned iterator waits for tf.data's autotuner thread (2 s idle at the end of a fit seen).
+    assert lines[-1] == {"autotune": False}

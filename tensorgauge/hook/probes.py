@@ -50,38 +50,56 @@ def _peekable(dataset) -> bool:
 def cached_input(x, y, batch_size: int | None, spec=None) -> tuple[object, str, list[list[int]]]:
     """An iterator that yields one batch like fit's, for ever (a train function's input with no input
     work), where the batch comes from, and its shapes. A pipeline cheap to peek at gives its first
-    batch, cached (``take(1).cache().repeat()``: its element spec is the pipeline's, so the train
-    function is not traced again); arrays give their first rows, and other pipelines zeros shaped by
-    their spec, batched so that the batch dimension is open or fixed as in ``spec`` (the element spec
-    of fit's own iterator, when known: the same spec, the same traced train function)."""
+    batch; arrays give their first rows, and other pipelines zeros shaped by their spec. The batch
+    has the element spec ``spec`` (fit's own iterator's, when known; else the pipeline's, or for
+    arrays an open batch dimension): the same spec, the same traced train function."""
     import tensorflow as tf
 
     if isinstance(x, tf.data.Dataset) and _peekable(x):
-        iterator = iter(x.take(1).cache().repeat())
-        return iterator, "a real batch", shapes_of(next(iterator))
+        batch = x.take(1).get_single_element()  # the job's pipeline is not kept: its iterator ends here
+        return iter(repeated(batch, spec or x.element_spec)), "a real batch", shapes_of(batch)
     if isinstance(x, tf.data.Dataset):
-        spec = x.element_spec
+        spec = spec or x.element_spec
         flat = tf.nest.flatten(spec)
         open_dims = any(s.shape.rank is None or None in s.shape.as_list()[1:] for s in flat)
-        batch = (next((s.shape[0] for s in flat if s.shape.rank and s.shape[0]), None) or batch_size
-                 or _batch_stage_size(x) or 32)
-        filled = tf.nest.map_structure(lambda s: tf.zeros([batch if d is None else d for d in s.shape], s.dtype), spec)
+        rows = (next((s.shape[0] for s in flat if s.shape.rank and s.shape[0]), None) or batch_size
+                or _batch_stage_size(x) or 32)
+        batch = tf.nest.map_structure(lambda s: tf.zeros([rows if d is None else d for d in s.shape], s.dtype), spec)
         source = "zeros shaped by the dataset's spec" + (" (open dimensions filled with the batch size)"
                                                           if open_dims else "")
-    else:
-        batch = batch_size or 32
+        return iter(repeated(batch, spec)), source, shapes_of(batch)
+    rows = batch_size or 32
 
-        def rows(array):
-            return tf.convert_to_tensor(array[:batch])
+    def first_rows(array):
+        return tf.convert_to_tensor(array[:rows])
 
-        filled = (tf.nest.map_structure(rows, x), tf.nest.map_structure(rows, y)) if y is not None else \
-            tf.nest.map_structure(rows, x)
-        source = "the arrays' first rows"
-    first = tf.nest.flatten(spec)[0].shape if spec is not None else None
-    fixed = first is not None and first.rank and first[0] is not None
-    iterator = iter(tf.data.Dataset.from_tensor_slices(filled).batch(batch, drop_remainder=bool(fixed))
-                    .take(1).cache().repeat())
-    return iterator, source, shapes_of(filled)
+    batch = (tf.nest.map_structure(first_rows, x), tf.nest.map_structure(first_rows, y)) if y is not None else \
+        tf.nest.map_structure(first_rows, x)
+    if spec is None:  # fit's own batches of arrays: the batch dimension is open
+        spec = tf.nest.map_structure(lambda t: tf.TensorSpec([None, *t.shape[1:]], t.dtype), batch)
+    return iter(repeated(batch, spec)), "the arrays' first rows", shapes_of(batch)
+
+
+def repeated(batch, spec):
+    """A dataset of ``batch`` for ever, its dense parts' shapes relaxed to ``spec``. tf.data's
+    autotuning is off in it: deleting an autotuned iterator waits for the autotuner's thread, which
+    cost the job up to 2 s of idle time on a 2-core machine (at the end of the A/B)."""
+    import tensorflow as tf
+
+    dataset = tf.data.Dataset.from_tensors(batch).repeat()
+    flat_spec = tf.nest.flatten(spec)
+    if dataset.element_spec != spec and len(flat_spec) == len(tf.nest.flatten(dataset.element_spec)):
+
+        def relax(*parts):
+            flat = tf.nest.flatten(parts)
+            return tf.nest.pack_sequence_as(spec, [
+                tf.raw_ops.PlaceholderWithDefault(input=t, shape=s.shape) if isinstance(s, tf.TensorSpec) else t
+                for t, s in zip(flat, flat_spec)])
+
+        dataset = dataset.map(relax)
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return dataset.with_options(options)
 
 
 @contextlib.contextmanager

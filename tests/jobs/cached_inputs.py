@@ -1,0 +1,37 @@
+"""The compute-only input of each kind of fit input, against the element spec fit's own iterator
+has (the same spec: the train function is not traced again). Prints one JSON line per case."""
+
+import json
+
+import numpy as np
+import tensorflow as tf
+
+from tensorgauge.hook.probes import cached_input, repeated
+
+x = np.arange(40 * 3, dtype="float32").reshape(40, 3)
+y = np.arange(40, dtype="float32").reshape(40, 1)
+
+
+def gen():
+    for i in range(5):
+        yield np.full((8, 3), i, "float32"), np.full((8, 1), i, "float32")
+
+
+cases = {
+    "open batch": (tf.data.Dataset.from_tensor_slices((x, y)).shuffle(16, seed=0).batch(8).prefetch(2), None, None),
+    "fixed batch": (tf.data.Dataset.from_tensor_slices((x, y)).batch(8, drop_remainder=True), None, None),
+    "dict features": (tf.data.Dataset.from_tensor_slices(({"a": x, "b": y}, y)).batch(8), None, None),
+    "generator": (tf.data.Dataset.from_generator(gen, output_signature=(
+        tf.TensorSpec([None, 3], tf.float32), tf.TensorSpec([None, 1], tf.float32))), None, None),
+    "arrays": (x, y, 8),
+}
+for name, (inputs, targets, batch_size) in cases.items():
+    spec = inputs.element_spec if isinstance(inputs, tf.data.Dataset) else None
+    iterator, source, shapes = cached_input(inputs, targets, batch_size, spec=spec)
+    first, second = next(iterator), next(iterator)
+    same = all(bool(tf.reduce_all(a == b)) for a, b in zip(tf.nest.flatten(first), tf.nest.flatten(second)))
+    print(json.dumps({"case": name, "spec_matches": spec is None or iterator.element_spec == spec,
+                      "batch_dim": iterator.element_spec[0].shape[0] if name == "arrays" else None,
+                      "source": source, "shapes": shapes, "repeats": same,
+                      "first_value": float(tf.nest.flatten(first)[0][0][0])}))
+print(json.dumps({"autotune": repeated(tf.zeros([2]), tf.TensorSpec([None], tf.float32)).options().autotune.enabled}))
