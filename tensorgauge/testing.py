@@ -148,5 +148,6 @@ def FakeSources(clock: FakeClock | None = None, tree: FakeProcessTree | None = N
     fake_tree = tree or FakeProcessTree()
     fake_gpus = gpus or FakeGpus()
     return Sources(clock=clock or FakeClock(), system=system or FakeSystem(),
-                   open_gpus=lambda: fake_gpus, watch_tree=lambda pid, run_id, cgroup_allowed: (fake_tree, None),
+                   open_gpus=lambda: fake_gpus, make_cgroup=lambda run_id, allowed: None,
+                   watch_tree=lambda pid, run_id, group: (fake_tree, None),
                    host=lambda: dict(host or {"hostname": "fake", "cores_allowed": 2.0}))

@@ -17,6 +17,15 @@ def tg_cmd():
     return [sys.executable, "-m", "tensorgauge"]
 
 
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def have_tensorflow() -> bool:
     import importlib.util
 

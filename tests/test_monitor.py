@@ -51,7 +51,7 @@ def make(tmp_path, rss, events=(), observers=(), watch=None, kill=None, report=N
     store = Store.open(tmp_path / "runs.db")
     record = RunRecord(run_id="r", command=["job"], started_at="2026-11-26T08:00:00+00:00")
     store.save_run(record)
-    tree, _ = sources.watch_tree(1, "r", False)
+    tree, _ = sources.watch_tree(1, "r", None)
     sampler = Sampler(tree, sources.system, sources.open_gpus(), clock, clock.now())
     monitor = Monitor(sampler, Recorder(store, record, clock.now(), clock), Events(events), interval_seconds=0.1,
                       watch=watch, kill=kill, observers=observers, report=report)

@@ -9,20 +9,12 @@ import sys
 import time
 
 import pytest
+from conftest import alive
 
 from tensorgauge.errors import UnknownRunError
 from tensorgauge.store import Store
 
 PY = sys.executable
-
-
-def _alive(pid: int) -> bool:
-    """Alive and not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def wait_for(path, timeout=20.0):
@@ -85,9 +77,9 @@ def test_killed_monitor_keeps_samples_marks_incomplete_and_takes_the_tree_down(s
     if keep:
         wait_for(done)  # asked to: the job was not taken down with the monitor
     else:
-        while _alive(grandchild) and time.monotonic() - killed_at < 1.0:
+        while alive(grandchild) and time.monotonic() - killed_at < 1.0:
             time.sleep(0.02)
-        assert not _alive(grandchild), "the job outlived its monitor"
+        assert not alive(grandchild), "the job outlived its monitor"
         time.sleep(1.5)
         assert not done.exists()
     record = store.run("last")

@@ -9,6 +9,7 @@ an affinity mask, and a cgroup CPU quota where permitted.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import resource
@@ -38,7 +39,6 @@ class BudgetWatch:
     budget: Budget
     stop_file: str
     checkpoint_dir: str | None
-    enforced_by: list[str] = field(default_factory=list)
     stop_requested_at: float | None = None
     killed_at: float | None = None
     peak_bytes: int = 0
@@ -46,6 +46,7 @@ class BudgetWatch:
     gpu_peak_bytes: int | None = None  # the job's own GPU memory (NVML per process), all GPUs together
     reason: str | None = None
     _kernel_caps_memory: bool = False
+    _held: dict[str, str] = field(default_factory=dict)  # what the kernel took, by kind
 
     def environment(self) -> dict[str, str]:
         """What the job's environment needs before it starts."""
@@ -58,31 +59,88 @@ class BudgetWatch:
             env[hook_budget.GPU_MEMORY_ENV] = str(self.budget.max_gpu_memory_bytes)
         return env
 
-    def apply(self, pid: int, group: JobCgroup | None) -> None:
-        """Limits that need the job's pid or cgroup, applied right after it starts."""
+    def limit_cgroup(self, group: JobCgroup | None) -> None:
+        """The kernel's caps on the job's cgroup, set before the job is placed in it."""
         b = self.budget
-        if b.max_cpus is not None:
-            self.enforced_by.append(f"TF/BLAS thread pools = {math.ceil(b.max_cpus)}")
-            cpus = allowed_cpus()[: max(1, math.ceil(b.max_cpus))]
-            try:
+        if group is None:
+            return
+        if b.max_cpus is not None and group.limit_cpus(b.max_cpus):
+            self._held["quota"] = f"cgroup CPU quota {b.max_cpus:g}"
+        if b.max_memory_bytes is not None and group.limit_memory(b.max_memory_bytes):
+            self._kernel_caps_memory = True
+            self._held["cgroup memory"] = "cgroup memory limit"
+
+    @contextlib.contextmanager
+    def inherited(self):
+        """While the job is started: the monitor's own thread carries the affinity mask and, without a
+        kernel memory cap, the RLIMIT_DATA backstop, so the job has both from its first instruction
+        (and whatever it forks at once with it); the monitor's own are put back after. Then
+        :meth:`apply_started`."""
+        own_cpus = own_data = None
+        try:
+            cpus = self._cpus()
+            if cpus is not None:
+                with contextlib.suppress(AttributeError, OSError):
+                    own_cpus = os.sched_getaffinity(0)
+                    os.sched_setaffinity(0, cpus)
+            backstop = self._backstop()
+            if backstop is not None:
+                with contextlib.suppress(AttributeError, OSError, ValueError):
+                    own_data = resource.getrlimit(resource.RLIMIT_DATA)  # the soft limit only: the hard one
+                    resource.setrlimit(resource.RLIMIT_DATA, (backstop, own_data[1]))  # could not come back
+            yield
+        finally:
+            with contextlib.suppress(AttributeError, OSError, ValueError):
+                if own_cpus is not None:
+                    os.sched_setaffinity(0, own_cpus)
+                if own_data is not None:
+                    resource.setrlimit(resource.RLIMIT_DATA, own_data)
+
+    def apply(self, pid: int, group: JobCgroup | None) -> None:
+        """All limits, applied to a job already running (one this monitor did not start itself)."""
+        self.limit_cgroup(group)
+        cpus = self._cpus()
+        if cpus is not None:
+            with contextlib.suppress(AttributeError, OSError):
                 os.sched_setaffinity(pid, cpus)
-                self.enforced_by.append(f"affinity {cpus}")
-            except (AttributeError, OSError):
-                pass
-            if group is not None and group.limit_cpus(b.max_cpus):
-                self.enforced_by.append(f"cgroup CPU quota {b.max_cpus:g}")
+        self.apply_started(pid)
+
+    def apply_started(self, pid: int) -> None:
+        """Once the job runs: its backstop's hard limit too, and what it holds, read back from it."""
+        cpus = self._cpus()
+        with contextlib.suppress(AttributeError, OSError):
+            if cpus is not None and sorted(os.sched_getaffinity(pid)) == cpus:
+                self._held["affinity"] = f"affinity {cpus}"
+        backstop = self._backstop()
+        if backstop is not None:
+            with contextlib.suppress(AttributeError, OSError, ValueError):
+                resource.prlimit(pid, resource.RLIMIT_DATA, (backstop, backstop))
+                self._held["backstop"] = f"RLIMIT_DATA backstop at {backstop >> 20} MiB"
+
+    def _cpus(self) -> list[int] | None:
+        if self.budget.max_cpus is None:
+            return None
+        return allowed_cpus()[: max(1, math.ceil(self.budget.max_cpus))]
+
+    def _backstop(self) -> int | None:
+        """No cgroup: a last line the kernel holds even if the monitor stalls."""
+        if self.budget.max_memory_bytes is None or self._kernel_caps_memory:
+            return None
+        return data_backstop_bytes(self.budget.max_memory_bytes)
+
+    @property
+    def enforced_by(self) -> list[str]:
+        """What holds the budget, in a fixed order: CPU's means, then memory's."""
+        b, held = self.budget, self._held
+        out = []
+        if b.max_cpus is not None:
+            out.append(f"TF/BLAS thread pools = {math.ceil(b.max_cpus)}")
+            out += [held[k] for k in ("affinity", "quota") if k in held]
         if b.max_memory_bytes is not None:
-            if group is not None and group.limit_memory(b.max_memory_bytes):
-                self._kernel_caps_memory = True
-                self.enforced_by.append("cgroup memory limit")
-            self.enforced_by.append("watchdog (graceful stop at 90%, kill past 100%)")
-            if not self._kernel_caps_memory:
-                backstop = data_backstop_bytes(b.max_memory_bytes)
-                try:  # no cgroup: a last line the kernel holds even if the monitor stalls
-                    resource.prlimit(pid, resource.RLIMIT_DATA, (backstop, backstop))
-                    self.enforced_by.append(f"RLIMIT_DATA backstop at {backstop >> 20} MiB")
-                except (AttributeError, OSError, ValueError):
-                    pass
+            out += [held[k] for k in ("cgroup memory",) if k in held]
+            out.append("watchdog (graceful stop at 90%, kill past 100%)")
+            out += [held[k] for k in ("backstop",) if k in held]
+        return out
 
     def check(self, sample: Sample, kill_tree) -> None:
         """Called with every sample: ask for a stop at the soft line, kill past the budget."""
@@ -114,17 +172,21 @@ class BudgetWatch:
         return limit is not None and self.killed_at is None and self.peak_bytes >= CLOSE_SHARE * limit
 
     def result(self, exit_status_signal: int | None, exit_code: int | None, oom_killed: bool,
-               checkpoint: str | None, gpu_memory_limit: dict | None = None, hook_stopped: bool = False) -> dict:
+               checkpoint: str | None, gpu_memory_limit: dict | None = None, hook_stopped: bool = False,
+               processes: list[dict] | None = None) -> dict:
         """The run's ``budget`` record. ``checkpoint``: the one the hook wrote (None if it failed);
         ``gpu_memory_limit``: what the hook reported when it set TensorFlow's GPU memory limit
         ({"gpus", "error"}; None: TensorFlow never started); ``hook_stopped``: the hook stopped
-        training because the monitor asked. Exit 75 alone is the job's own, not a budget stop."""
+        training because the monitor asked; ``processes``: the job's largest (pid, name, RSS peak).
+        Exit 75 alone is the job's own, not a budget stop."""
         graceful = (exit_code == hook_budget.BUDGET_EXIT_CODE and hook_stopped
                     and self.stop_requested_at is not None and self.killed_at is None)
         stopped = graceful or self.killed_at is not None or (oom_killed and self._kernel_caps_memory)
         reason = self.reason
         if oom_killed and self._kernel_caps_memory and self.killed_at is None:
-            reason = "the kernel killed the job at the cgroup memory limit before it could stop"
+            largest = (processes or [{}])[0].get("name")
+            reason = (f"the kernel killed the job{f' ({largest})' if largest else ''} at the cgroup memory limit "
+                      "before it could stop")
         enforced_by = list(self.enforced_by)
         if self.budget.max_gpu_memory_bytes is not None:
             if gpu_memory_limit and gpu_memory_limit.get("gpus") and not gpu_memory_limit.get("error"):
@@ -137,7 +199,7 @@ class BudgetWatch:
                 "graceful": graceful, "peak_bytes": self.peak_bytes,
                 "peak_t": self.peak_t, "stop_requested_at": self.stop_requested_at,
                 "gpu_memory_peak_bytes": self.gpu_peak_bytes, "gpu_memory_limit": gpu_memory_limit,
-                "enforced_by": enforced_by}
+                "enforced_by": enforced_by, "processes": processes or []}
 
 
 def kill_tree(pids: list[int]) -> None:

@@ -1,11 +1,13 @@
 """The job dies with its monitor: a tiny guardian process that outlives a killed monitor.
 
-The monitor keeps the write end of a pipe; the guardian (a separate ``python -I``
-in its own session, so no terminal signal reaches it) waits on the read end. A
-monitor that ends normally writes one byte first and the guardian leaves; a
-monitor that dies (SIGKILL, a crash) closes the pipe with nothing written, and
-the guardian stops the job's whole tree: its process group and every process
-in its cgroup, SIGTERM then, half a second later, SIGKILL.
+The guardian (a separate ``python -I`` in its own session, so no terminal signal
+reaches it) starts before the job, with the job's cgroup (made before the job
+too), and waits on a pipe whose write end the monitor keeps. Once the job runs,
+the monitor writes its process group (``PGID\\n``); a monitor that ends normally
+writes ``x`` and the guardian leaves; a monitor that dies (SIGKILL, a crash)
+closes the pipe without it, and the guardian stops the job's whole tree: its
+process group and every process in its cgroup, SIGTERM then, half a second
+later, SIGKILL. There is no moment when the job runs unguarded.
 """
 
 from __future__ import annotations
@@ -20,13 +22,19 @@ GRACE_SECONDS = 0.5
 _GUARDIAN = r"""
 import os, signal, sys, time
 signal.pthread_sigmask(signal.SIG_SETMASK, [])  # the monitor's blocked signals are not ours
-fd, pgid, procs_files, grace = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
-try:
-    alive = os.read(fd, 1)
-except OSError:
-    alive = b""
-if alive:
-    sys.exit(0)
+fd, procs_files, grace = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+said = b""
+while True:
+    try:
+        chunk = os.read(fd, 64)
+    except OSError:
+        chunk = b""
+    if not chunk:
+        break
+    said += chunk
+    if b"x" in said:
+        sys.exit(0)
+pgid = int(said.split()[0]) if said.split() else None
 
 def members():
     pids = set()
@@ -38,59 +46,80 @@ def members():
             pass
     return pids
 
-def send(sig):
+def group_alive():
+    if pgid is None:
+        return False
     try:
-        os.killpg(pgid, sig)
+        os.killpg(pgid, 0)
+        return True
     except OSError:
-        pass
+        return False
+
+def send(sig):
+    if pgid is not None:
+        try:
+            os.killpg(pgid, sig)
+        except OSError:
+            pass
     for pid in members():
         try:
             os.kill(pid, sig)
+            if sig != signal.SIGKILL:
+                os.kill(pid, signal.SIGCONT)  # a stopped process gets a signal only once it runs
         except OSError:
             pass
 
 send(signal.SIGTERM)
 deadline = time.monotonic() + grace
 while time.monotonic() < deadline:
-    try:
-        os.killpg(pgid, 0)
-    except OSError:
-        if not members():
-            sys.exit(0)
+    if not group_alive() and not members():
+        sys.exit(0)
     time.sleep(0.02)
 send(signal.SIGKILL)
 """
 
 
 class Guard:
-    """``Guard.start(pgid, procs_files)`` after the job starts; ``release()`` when the monitor ends well."""
+    """``Guard.start(procs_files)`` before the job starts, ``watch(pgid)`` once it runs, ``release()``
+    when the monitor ends well."""
 
     def __init__(self, write_fd: int, process: subprocess.Popen):
         self._write_fd: int | None = write_fd
         self.process = process
 
     @classmethod
-    def start(cls, pgid: int, procs_files: list[str]) -> Guard:
+    def start(cls, procs_files: list[str]) -> Guard:
         read_fd, write_fd = os.pipe()
         os.set_inheritable(read_fd, True)
         try:
             process = subprocess.Popen(
-                [sys.executable, "-I", "-c", _GUARDIAN, str(read_fd), str(pgid), os.pathsep.join(procs_files),
+                [sys.executable, "-I", "-c", _GUARDIAN, str(read_fd), os.pathsep.join(procs_files),
                  str(GRACE_SECONDS)],
                 pass_fds=(read_fd,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL, start_new_session=True)
+        except BaseException:
+            os.close(write_fd)
+            raise
         finally:
             os.close(read_fd)
         return cls(write_fd, process)
+
+    def watch(self, pgid: int) -> None:
+        """The job's process group, to stop with its cgroup's members."""
+        self._say(f"{pgid}\n".encode())
+
+    def _say(self, data: bytes) -> None:
+        if self._write_fd is not None:
+            try:
+                os.write(self._write_fd, data)
+            except OSError:
+                pass
 
     def release(self) -> None:
         """The monitor ends on its own terms: the guardian leaves the job alone."""
         if self._write_fd is None:
             return
-        try:
-            os.write(self._write_fd, b"x")
-        except OSError:
-            pass
+        self._say(b"x")
         os.close(self._write_fd)
         self._write_fd = None
         try:

@@ -54,7 +54,7 @@ class monitor:
             env={"host": self.sources.host()})
         self._writer = StoreWriter(self._store)  # the job's thread never waits on the store
         self._writer.save_run(self._record)
-        tree, _ = self.sources.watch_tree(os.getpid(), self.run_id, False)
+        tree, _ = self.sources.watch_tree(os.getpid(), self.run_id, None)
         first = tree.read()
         self._gpus = self.sources.open_gpus()
         self._monitor = Monitor(

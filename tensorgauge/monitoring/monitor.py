@@ -33,17 +33,22 @@ class EventSource(Protocol):
     def read_new(self, everything: bool = False) -> list[dict]: ...
 
 
-def _real_tree(pid: int, run_id: str, cgroup_allowed: bool) -> tuple[ProcessTree, JobCgroup | None]:
+def _real_cgroup(run_id: str, allowed: bool) -> JobCgroup | None:
     from tensorgauge.sources import cgroup
+
+    return cgroup.JobCgroup.create(f"tensorgauge-{run_id}") if allowed else None
+
+
+def _real_tree(pid: int, run_id: str, group: JobCgroup | None) -> tuple[ProcessTree, JobCgroup | None]:
     from tensorgauge.sources.process_tree import CgroupProcessTree, ProcfsProcessTree, read_stat
 
-    if cgroup_allowed:
-        group = cgroup.JobCgroup.create(f"tensorgauge-{run_id}")
-        if group is not None:
-            before = read_stat(pid)  # the few ms the job ran before joining
-            if group.add(pid):
-                return CgroupProcessTree(group, before[0] if before else 0.0), group
-            group.remove()
+    if group is not None:
+        if group.holds(pid):  # placed before its first instruction (see the runner)
+            return CgroupProcessTree(group), group
+        before = read_stat(pid)  # the few ms the job ran before joining
+        if group.add(pid):
+            return CgroupProcessTree(group, before[0] if before else 0.0), group
+        group.remove()
     return ProcfsProcessTree(pid), None
 
 
@@ -78,8 +83,10 @@ class Sources:
     clock: Clock = field(default_factory=_real_clock)
     system: System = field(default_factory=_real_system)
     open_gpus: Callable[[], Gpus] = _real_gpus
-    # (pid, run id, whether a cgroup may be made) -> the tree and its cgroup, if one was made
-    watch_tree: Callable[[int, str, bool], tuple[ProcessTree, JobCgroup | None]] = _real_tree
+    # (run id, whether a cgroup may be made) -> the job's own cgroup, made before the job starts
+    make_cgroup: Callable[[str, bool], JobCgroup | None] = _real_cgroup
+    # (pid, run id, the cgroup made for it or None) -> the tree and its cgroup, if it is in one
+    watch_tree: Callable[[int, str, JobCgroup | None], tuple[ProcessTree, JobCgroup | None]] = _real_tree
     host: Callable[[], dict] = _real_host
 
 

@@ -11,9 +11,11 @@ guardian process stops the job's tree if the monitor is killed
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import subprocess
@@ -78,6 +80,16 @@ def resolve_command(command: list[str]) -> list[str]:
     return command
 
 
+def _placed(command: list[str], procs_files: list[str]) -> list[str]:
+    """``command``, run by a shell that first writes its own pid into each of the job's cgroup
+    folders' ``cgroup.procs`` and then becomes the command (``exec``: the same pid). A write the
+    kernel refuses is left to the monitor, which checks and moves the job itself."""
+    if not procs_files:
+        return command
+    place = "".join(f"{{ echo $$ > {shlex.quote(path)}; }} 2>/dev/null; " for path in procs_files)
+    return ["/bin/sh", "-c", place + 'exec "$@"', command[0], *command]
+
+
 def job_environment(events_path: str | None, run_id: str, hook: bool, base: dict | None = None) -> dict:
     """The job's environment: the caller's, plus the channel and the hook on PYTHONPATH."""
     env = dict(os.environ if base is None else base)
@@ -132,13 +144,27 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
         env.update(watch.environment())
     cwd = _cwd()
 
+    # The job's cgroup (with its caps) and its guardian exist before the job does; the job places itself
+    # in the cgroup before its first instruction (see _placed): nothing it forks can start outside.
+    group = sources.make_cgroup(run_id, not os.environ.get(NO_CGROUP_ENV))
+    if watch:
+        watch.limit_cgroup(group)
+    procs = [str(d / "cgroup.procs") for d in group.dirs()] if group else []
+    guard = None if keep_job_on_failure else Guard.start(procs)
     t0 = clock.now()
     started_at = dt.datetime.now().astimezone().isoformat(timespec="milliseconds")
     try:
-        child = subprocess.Popen(command, env=env, **_OWN_PROCESS_GROUP)
+        with watch.inherited() if watch else contextlib.nullcontext():
+            child = subprocess.Popen(_placed(command, procs), env=env, **_OWN_PROCESS_GROUP)
     except OSError as exc:
         files.remove()
+        if guard is not None:
+            guard.release()
+        if group is not None:
+            group.remove()
         raise TensorgaugeError(f"cannot start {command[0]}: {exc.strerror}") from None
+    if guard is not None:
+        guard.watch(child.pid)
     # After the fork: a blocked mask is inherited, and the job must get its signals. Threads
     # started from here on (the store writer) inherit it, so only sigtimedwait takes them.
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WAKE_SIGNALS)
@@ -148,13 +174,11 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     terminal = _Terminal.hand_to(child.pid)
     ended = _ChildEnd(child.pid)
     writer = StoreWriter(store)
-    guard = group = gpus = None
+    gpus = None
     try:
-        tree, group = sources.watch_tree(child.pid, run_id, not os.environ.get(NO_CGROUP_ENV))
-        if not keep_job_on_failure:
-            guard = Guard.start(child.pid, [str(d / "cgroup.procs") for d in group.dirs()] if group else [])
+        tree, group = sources.watch_tree(child.pid, run_id, group)
         if watch:
-            watch.apply(child.pid, group)
+            watch.apply_started(child.pid)
         paths = cgroup.cgroup_paths(child.pid)  # read now: /proc/PID goes with the job
         oom_before = group.oom_kills() if group else cgroup.oom_kill_count(paths)
         gpus = sources.open_gpus()
@@ -211,14 +235,17 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     record.rss_max_bytes = rusage.ru_maxrss * 1024  # Linux reports KiB
     record.complete = True
     record.events_skipped = recorder.events_skipped or None
+    oom_kills = oom_before is not None and oom_after is not None and oom_after > oom_before
     if os.WIFSIGNALED(status):
         record.signal = os.WTERMSIG(status)
         exit_code = 128 + record.signal
-        record.oom_killed = (record.signal == signal.SIGKILL and oom_before is not None
-                             and oom_after is not None and oom_after > oom_before)
+        record.oom_killed = record.signal == signal.SIGKILL and oom_kills
     else:
         record.exit_code = os.WEXITSTATUS(status)
         exit_code = record.exit_code
+        # In the job's own cgroup, a kill counted is one of its processes (a wrapper's child) even when
+        # the wrapper itself went on to exit normally.
+        record.oom_killed = bool(group) and oom_kills
     if watch:
         stops = [e for e in recorder.seen if e.kind == Kind.BUDGET_STOP]
         failed = [e for e in recorder.seen if e.kind == Kind.BUDGET_CHECKPOINT_FAILED]
@@ -226,7 +253,7 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
         record.budget = watch.result(record.signal, record.exit_code, record.oom_killed,
                                      stops[-1].data.get("checkpoint") if stops and not failed else None,
                                      {"gpus": gpu[-1].get("gpus"), "error": gpu[-1].get("error")} if gpu else None,
-                                     hook_stopped=bool(stops))
+                                     hook_stopped=bool(stops), processes=getattr(tree, "processes", list)())
         if record.wall_seconds:  # what the job really used, to hold against a CPU budget
             record.budget["cores_busy_mean"] = round(record.cpu_seconds_total / record.wall_seconds, 3)
     writer.save_run(record)

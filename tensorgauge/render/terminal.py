@@ -122,6 +122,10 @@ def render_budget(console: Console, budget: dict) -> None:
         console.print(f"  budget   {', '.join(parts)}; enforced by {safe(enforced)}")
     if budget.get("stopped"):
         console.print(f"  [yellow]stopped: {safe(str(budget.get('reason')))}[/yellow]")
+        largest = [f"{safe(str(p.get('name') or '?'))} (pid {p.get('pid')}) {format_bytes(p.get('rss_peak_bytes'))}"
+                   for p in budget.get("processes") or []]
+        if largest:
+            console.print(f"  its largest processes (RSS peak): {', '.join(largest)}")
         if budget.get("checkpoint"):
             console.print(f"  checkpoint {safe(budget['checkpoint'])}: run the same command again to resume")
 

@@ -228,6 +228,10 @@ class JobCgroup:
             return False
         return True
 
+    def holds(self, pid: int) -> bool:
+        """``pid`` is a member in every one of the cgroup's folders."""
+        return all(str(pid) in (_read(folder / "cgroup.procs") or "").split() for folder in self.dirs())
+
     def cpu_seconds(self) -> float | None:
         """User+system CPU of everything that ran in the cgroup."""
         if self.unified:

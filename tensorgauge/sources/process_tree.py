@@ -118,13 +118,41 @@ def read_rss(pid: int) -> int | None:
         return None
 
 
+def read_name(pid: int) -> str | None:
+    """A process's command name (``/proc/PID/comm``)."""
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as f:
+            return f.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+
+
+KEPT_PROCESSES = 64  # the largest processes remembered (by their RSS peak)
+
+
 class _Tree:
-    """What both trees share: I/O counters and USS/PSS through psutil, for ``_pids``."""
+    """What both trees share: I/O counters and USS/PSS through psutil, for ``_pids``, and the
+    largest processes seen."""
 
     def __init__(self) -> None:
         self._pids: list[int] = []
         self._cpu_max = 0.0
         self._psutil: dict[int, psutil.Process] = {}  # kept: psutil caches per-object state
+        self._peaks: dict[int, tuple[str | None, int]] = {}  # pid -> (name, RSS peak)
+
+    def _note(self, pid: int, rss: int) -> None:
+        """Remember a process's RSS peak and its name then (read again as it grows: an exec renames it)."""
+        known = self._peaks.get(pid)
+        if known is None or rss > known[1]:
+            self._peaks[pid] = (read_name(pid) or (known[0] if known else None), rss)
+            if len(self._peaks) > 2 * KEPT_PROCESSES:
+                largest = sorted(self._peaks.items(), key=lambda item: -item[1][1])[:KEPT_PROCESSES]
+                self._peaks = dict(largest)
+
+    def processes(self, count: int = 5) -> list[dict]:
+        """The ``count`` processes with the largest RSS peaks seen: pid, name, rss_peak_bytes."""
+        largest = sorted(self._peaks.items(), key=lambda item: -item[1][1])[:count]
+        return [{"pid": pid, "name": name, "rss_peak_bytes": rss} for pid, (name, rss) in largest]
 
     def rss_now(self) -> int | None:
         """The tree's RSS from /proc/PID/statm alone (cheap: read between samples near a memory budget)."""
@@ -205,6 +233,7 @@ class ProcfsProcessTree(_Tree):
             if stat is None:
                 continue
             alive.append(pid)
+            self._note(pid, stat[2])
             cpu += stat[0]
             threads += stat[1]
             rss += stat[2]
@@ -230,6 +259,8 @@ class CgroupProcessTree(_Tree):
         # A member with no resident memory has exited and waits to be reaped (a zombie): not counted.
         resident = [(pid, rss) for pid in self.group.pids() if (rss := read_rss(pid))]
         self._pids = [pid for pid, _ in resident]
+        for pid, rss in resident:
+            self._note(pid, rss)
         self._forget_ended()
         cpu = self.group.cpu_seconds()
         if not self._pids or cpu is None:

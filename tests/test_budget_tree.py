@@ -1,0 +1,53 @@
+"""The whole tree of a job is inside its budget and its guard from its first instruction, on real
+processes: a job started through a shell wrapper (which forks at once) cannot escape either."""
+
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import alive
+
+from tensorgauge.cli import main
+from tensorgauge.store import Store
+
+PY = sys.executable
+ALLOCATES = "import time; a = bytearray(500 << 20); time.sleep(5)"  # 500 MiB, touched, then kept
+
+
+@pytest.mark.parametrize("cgroup", [True, False])
+def test_a_wrapped_job_allocating_past_its_memory_budget_is_stopped_and_named(store_path, monkeypatch, cgroup):
+    """`sh -c "python ...; true"`: the shell forks Python before a monitor could move the shell into a
+    cgroup; the 500 MiB Python must still be stopped under a 300 MiB budget (by the cgroup where the
+    kernel lets us make one, by the watchdog in any case)."""
+    if not cgroup:
+        monkeypatch.setenv("TENSORGAUGE_NO_CGROUP", "1")
+    command = ["sh", "-c", f"{PY} -c {shlex.quote(ALLOCATES)}; true"]
+    main(["run", "-q", "--max-memory", "300MiB", "--", *command])
+    record = Store.open(store_path).run("last")
+    budget = record.budget
+    assert budget["stopped"] and record.wall_seconds < 4.0, (budget, record.wall_seconds)  # not 5 s of sleep
+    largest = budget["processes"][0]
+    assert largest["name"].startswith("python") and largest["rss_peak_bytes"] > 100 << 20, budget["processes"]
+    assert any(p["name"] in ("sh", "dash", "bash") for p in budget["processes"])  # the wrapper, named too
+
+
+@pytest.mark.parametrize("delay", [0.15, 0.25, 0.35, 0.5])
+def test_a_monitor_killed_as_the_job_starts_takes_the_jobs_first_fork_with_it(tg_cmd, tmp_path, delay, store_path):
+    """SIGKILL of the monitor around the moment the job starts (the guard used to start after the job):
+    the child the job forks first is gone within a second, whenever the job had started."""
+    pids = tmp_path / "pids"
+    monitor = subprocess.Popen([*tg_cmd, "run", "-q", "--", "sh", "-c", f"sleep 30 & echo $! > {pids}; wait"])
+    time.sleep(delay)
+    monitor.send_signal(signal.SIGKILL)
+    monitor.wait()
+    killed_at = time.monotonic()
+    time.sleep(0.3)  # a job still being started writes its file now
+    if not pids.exists() or not pids.read_text().strip():
+        pytest.skip(f"the monitor was killed {delay} s in, before it started the job")
+    child = int(pids.read_text())
+    while alive(child) and time.monotonic() - killed_at < 1.5:
+        time.sleep(0.02)
+    assert not alive(child), "the job's first child outlived its monitor"
