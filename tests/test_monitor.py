@@ -183,3 +183,35 @@ def test_near_the_budget_the_rss_is_read_between_samples_and_the_kill_comes_earl
     monitor.sampler.tree.between = [700, 800, 1100]  # a burst between the first two samples
     monitor.run(job_ending_after(clock, 0.35, []))
     assert watch.killed_at == pytest.approx(0.03) and len(killed) == 1  # 30 ms in, not at the next sample
+
+
+def test_a_recording_that_failed_leaves_the_budget_watch_running(tmp_path):
+    """The store fails at 0.5 s; the memory crosses the budget at 0.8 s: the job is still killed."""
+    watch = BudgetWatch(Budget(max_memory_bytes=1000), str(tmp_path / "stop"), None)
+    killed: list = []
+    monitor, clock, store = make(tmp_path, rss=[100] * 8 + [1200] * 10, watch=watch,
+                                 kill=lambda: killed.append(clock.now() - 1000.0))
+
+    def add(run_id, samples, events):
+        if clock.now() - 1000.0 > 0.45:
+            raise OverflowError("cannot fit 'int' into an index-sized integer")
+
+    store.add = add
+    monitor.run(job_ending_after(clock, 1.05, []))
+    assert monitor.warning is not None and "recording stopped at 0.5 s" in monitor.warning
+    assert killed == [pytest.approx(0.8)] and watch.peak_bytes == 1200
+
+
+@pytest.mark.parametrize("ends, seconds", [
+    ([1e299, -1e299], [0.1, 0.1]),  # overflowed the digest's per-second rate (OverflowError)
+    ([1000.0, 1000.0 + 3e7], [0.1, 0.1]),  # a year of per-second rate: hundreds of MB
+    ([1000.01, 1000.02], [0.1, 1e9]),  # a step longer than the run
+])
+def test_step_times_outside_the_run_are_skipped_not_stored(tmp_path, ends, seconds):
+    events = [[{"t": 1000.01, "pid": 1, "kind": "steps", "phase": 1, "seconds": seconds, "ends": ends},
+               {"t": 1000.02, "pid": 1, "kind": "steps", "phase": 1, "seconds": [0.01], "ends": [1000.02]}]]
+    monitor, clock, store = make(tmp_path, rss=[100] * 5, events=events)
+    monitor.run(job_ending_after(clock, 0.15, []))
+    assert monitor.warning is None and monitor.recorder.events_skipped == 1
+    digests = [e for e in store.events("r") if e.kind == "step_digest"]
+    assert [d.data["count"] for d in digests] == [1] and len(digests[0].data["rate"]) == 1

@@ -109,13 +109,23 @@ class Monitor:
         self._store_failure_told = False
 
     def tick(self, force: bool = False) -> None:
-        """One round; ``force``: the last one, after the job ended (commits, takes no sample)."""
-        sample = None if force else self.sampler.sample()
+        """One round; ``force``: the last one, after the job ended (commits, takes no sample). The sample
+        and the budget watch never depend on recording: a recording that failed leaves them running."""
+        sample = None if force else self._sample_and_watch()
+        if self.warning is None:
+            self._record(sample, force)
+
+    def _sample_and_watch(self) -> Sample | None:
+        sample = self.sampler.sample()
+        if sample is not None:
+            self.rss_peak_bytes = max(self.rss_peak_bytes, sample.rss_bytes)
+            if self.watch is not None and self.kill is not None:
+                self.watch.check(sample, self.kill)
+        return sample
+
+    def _record(self, sample: Sample | None, force: bool) -> None:
         if sample is not None:
             self.samples_taken += 1
-            self.rss_peak_bytes = max(self.rss_peak_bytes, sample.rss_bytes)
-        if self.watch is not None and sample is not None and self.kill is not None:
-            self.watch.check(sample, self.kill)
         raw = self.events.read_new(everything=force)  # the last tick takes whatever is left
         events = self.recorder.add([sample] if sample else [], raw, force=force)
         state = getattr(self.recorder.store, "state", None)  # a StoreWriter's: what the store lost
@@ -130,14 +140,15 @@ class Monitor:
                 self.report(f"{type(observer).__name__} stopped: {type(exc).__name__}: {exc}")
 
     def _tick_safely(self, force: bool = False) -> None:
-        if self.warning is not None:
-            return
         try:
             self.tick(force)
-        except Exception as exc:  # a full disk, a bug: stop recording, never the job
-            when = self.clock.now() - self.sampler.t0
-            self.warning = f"recording stopped at {when:.1f} s ({type(exc).__name__}: {exc}); the job ran on"
-            self.report(self.warning)
+        except Exception as exc:  # a full disk, a bug: stop recording, never the job nor its budget
+            if self.warning is None:
+                when = self.clock.now() - self.sampler.t0
+                self.warning = f"recording stopped at {when:.1f} s ({type(exc).__name__}: {exc}); the job ran on"
+                self.report(self.warning + (" under its budget" if self.watch is not None else ""))
+            else:  # sampling itself failed after recording did: said once already
+                pass
 
     def run(self, wait_for_end: Callable[[float], bool]) -> None:
         """Tick every ``interval_seconds`` until ``wait_for_end(timeout)`` (which waits at most

@@ -23,16 +23,29 @@ from tensorgauge.model import Event, RunRecord, Sample
 from tensorgauge.steps import FIRST_STEPS, StepDigest
 
 DIGEST_SECONDS = 60.0  # a phase's steps are stored at least this often
+CLOCK_SLACK_SECONDS = 60.0  # how far outside the run an event's times may lie (clock reads, a late flush)
 
 
-def to_event(raw: dict, t0: float) -> Event:
+def to_event(raw: dict, t0: float, now: float | None = None) -> Event:
     """The hook's raw event, checked against the protocol, on the run's clock;
-    :class:`~tensorgauge.checks.ValidationError` when it does not match."""
+    :class:`~tensorgauge.checks.ValidationError` when it does not match, or (with ``now``, the
+    monitor's clock) when its times lie outside the run: a step's end a year away would make a
+    digest of a year of seconds."""
     check_object(raw, {"t": "number", "pid": "int?", "kind": "text"}, "event", ("t", "kind"))
     data = check_event_data(raw["kind"], {k: v for k, v in raw.items() if k not in ("t", "pid", "kind")}, "event")
-    if raw["kind"] == Kind.STEPS and isinstance(data.get("ends"), list):
-        data["ends"] = [round(float(x) - t0, 6) for x in data["ends"]]
-    return Event(t=float(raw["t"]) - t0, pid=int(raw.get("pid") or 0), kind=str(raw["kind"]), data=data)
+    t = float(raw["t"]) - t0
+    span = None if now is None else now - t0 + CLOCK_SLACK_SECONDS
+    if span is not None and not -CLOCK_SLACK_SECONDS <= t <= span:
+        raise ValidationError(f"event.t is {t:.0f} s from the run's start, outside the run")
+    if raw["kind"] == Kind.STEPS:
+        ends, seconds = data.get("ends"), data.get("seconds")
+        if isinstance(ends, list):
+            data["ends"] = ends = [round(float(x) - t0, 6) for x in ends]
+        if span is not None and any(not -CLOCK_SLACK_SECONDS <= x <= span for x in ends or ()):
+            raise ValidationError("event.ends lie outside the run")
+        if span is not None and any(not 0 <= x <= span for x in seconds or () if isinstance(x, (int, float))):
+            raise ValidationError("event.seconds are negative or longer than the run")
+    return Event(t=t, pid=int(raw.get("pid") or 0), kind=str(raw["kind"]), data=data)
 
 
 class Sink(Protocol):
@@ -62,10 +75,11 @@ class Recorder:
         """Queue samples and the hook's raw events; commit when due (or ``force``).
         Returns the events, converted (for live observers)."""
         added: list[Event] = []
+        now = self.clock.now()
         for raw in raw_events:
             try:
-                event = to_event(raw, self.t0)
-            except (TypeError, ValueError, ValidationError):
+                event = to_event(raw, self.t0, now)
+            except (TypeError, ValueError, ArithmeticError, ValidationError):
                 self.events_skipped += 1  # not ours, or damaged: skip rather than stop recording
                 continue
             if event.kind == Kind.ENV and isinstance(event.data.get("facts"), dict):
@@ -83,7 +97,6 @@ class Recorder:
             if event.kind.startswith("budget"):
                 self.seen.append(event)
         self._samples.extend(samples)
-        now = self.clock.now()
         if force or now >= self._next_commit:
             run_now = now - self.t0
             for (pid, phase), open_steps in list(self._steps.items()):
