@@ -13,6 +13,7 @@ import sys
 
 from tensorgauge._version import __version__
 from tensorgauge.errors import TensorgaugeError
+from tensorgauge.monitoring.limits import interval_option
 
 PROG = "tensorgauge"
 
@@ -20,16 +21,6 @@ PROG = "tensorgauge"
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, not argparse's usage block
         raise TensorgaugeError(f"{message} (see '{self.prog} --help')")
-
-
-def _interval(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0.01 <= value <= 60:
-        raise argparse.ArgumentTypeError(f"interval must be between 0.01 and 60 seconds, got {text}")
-    return value
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -90,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", parents=[common], help="run a command and record its CPU, memory, GPU and phases",
                        description="Run COMMAND as a child, sample it every --interval seconds and record it. "
                                    "Exits with COMMAND's exit code (128+N when signal N ended it).")
-    p.add_argument("--interval", type=_interval, default=0.1, metavar="S", help="seconds between samples (0.1)")
+    p.add_argument("--interval", type=interval_option, default=0.1, metavar="S", help="seconds between samples (0.1)")
     p.add_argument("--name", help="a name for the run (usable wherever a run id is)")
     p.add_argument("--json", metavar="PATH", help="also write the run's report as JSON (- for stdout)")
     p.add_argument("--no-hook", action="store_true", help="record from outside only: no phases")

@@ -20,6 +20,8 @@ import argparse
 import html
 import shlex
 
+from tensorgauge.monitoring.limits import interval_option
+
 REPORT_HEIGHT_PX = 720
 
 
@@ -34,7 +36,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     parser = _Parser(prog=prog, add_help=False, exit_on_error=False)
     parser.add_argument("--name", help="a name for the run")
     parser.add_argument("--store", metavar="PATH", help="the store (default: as tensorgauge run)")
-    parser.add_argument("--interval", type=float, default=0.1, metavar="S", help="seconds between samples")
+    parser.add_argument("--interval", type=interval_option, default=0.1, metavar="S", help="seconds between samples")
     parser.add_argument("--text", action="store_true", help="plain text instead of the HTML report")
     return parser
 

@@ -25,8 +25,8 @@ def test_bad_memory_sizes(text, message):
 
 def test_cpus():
     assert parse_cpus("1.5", 2.0) == 1.5
-    for text, message in (("0", "more than zero"), ("-1", "more than zero"), ("3", "more than the 2 CPUs"),
-                          ("many", "not a number"), ("nan", "more than zero"), ("inf", "more than zero")):
+    for text, message in (("0", "at least 0.01"), ("-1", "at least 0.01"), ("3", "more than the 2 CPUs"),
+                          ("many", "not a number"), ("nan", "at least 0.01"), ("inf", "at least 0.01")):
         with pytest.raises(TensorgaugeError, match=message):
             parse_cpus(text, 2.0)
 
@@ -47,3 +47,35 @@ def test_budget_checks_floor_ram_and_gpu_units():
 
 def test_thread_pools_round_up():
     assert thread_pools(1.5)["TF_NUM_INTRAOP_THREADS"] == "2" and thread_pools(0.5)["OMP_NUM_THREADS"] == "1"
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0", "-1", "61", "fast", float("nan"), None])
+def test_one_interval_check_refuses_what_no_sampler_can_take_for_the_cli_the_api_and_the_magic(value, capsys,
+                                                                                              tmp_path):
+    from tensorgauge import monitor
+    from tensorgauge.cli import main
+    from tensorgauge.monitoring.limits import check_interval
+    from tensorgauge.notebook import _parse, _parser
+
+    with pytest.raises(TensorgaugeError, match="interval"):
+        check_interval(value)
+    with pytest.raises(TensorgaugeError, match="interval"):
+        monitor(store=str(tmp_path / "runs.db"), interval_seconds=value)
+    if isinstance(value, str):
+        assert _parse(_parser("%%tensorgauge"), f"--interval {value}") is None  # said, not stored
+        assert "interval" in capsys.readouterr().out
+        assert main(["run", "--interval", value, "--", "true"]) == 2
+    assert not (tmp_path / "runs.db").exists()
+
+
+def test_an_interval_in_range_is_taken_everywhere():
+    from tensorgauge.monitoring.limits import check_interval
+    from tensorgauge.notebook import _parse, _parser
+
+    assert check_interval("0.05") == 0.05 and check_interval(60) == 60.0
+    assert _parse(_parser("%%tensorgauge"), "--interval 0.5").interval == 0.5
+
+
+def test_a_cpu_budget_below_what_a_cgroup_quota_takes_is_refused():
+    with pytest.raises(TensorgaugeError, match="at least 0.01"):
+        parse_cpus("1e-300", 2.0)

@@ -82,7 +82,7 @@ def test_process_tree_includes_children(store_path):
     (["run", "--max-memory=-2GiB", "--", "true"], "is not a size"),
     (["run", "--max-memory", "10MiB", "--", "true"], "the interpreter itself needs"),
     (["run", "--max-cpus", "512", "--", "true"], "more than the"),
-    (["run", "--max-cpus", "0", "--", "true"], "more than zero"),
+    (["run", "--max-cpus", "0", "--", "true"], "at least 0.01 CPUs"),
     (["compare", "nope.json", "last"], "no run store"),
     (["export", "last"], "the following arguments are required: -o/--output"),
     (["import", "/no/such/bundle.json"], "cannot read /no/such/bundle.json"),

@@ -19,6 +19,7 @@ import warnings
 from tensorgauge.hook import install as install_hook
 from tensorgauge.hook.channel import Channel, EventReader, process_cpu_seconds, set_channel
 from tensorgauge.model import RunRecord
+from tensorgauge.monitoring.limits import check_interval
 from tensorgauge.monitoring.monitor import Monitor, Sources
 from tensorgauge.monitoring.recorder import Recorder
 from tensorgauge.monitoring.run_files import RunFiles
@@ -33,7 +34,8 @@ class monitor:
 
     def __init__(self, name: str | None = None, store: str | None = None, interval_seconds: float = 0.1,
                  sources: Sources | None = None):
-        self.name, self.store_path, self.interval_seconds = name, store, interval_seconds
+        self.name, self.store_path = name, store
+        self.interval_seconds = check_interval(interval_seconds, "interval_seconds")
         self.sources = sources or Sources()
         self.run_id: str | None = None
         self.warning: str | None = None

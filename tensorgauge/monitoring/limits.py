@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
 from dataclasses import asdict, dataclass
@@ -12,6 +13,8 @@ from tensorgauge.errors import TensorgaugeError
 # TensorFlow imported ~500 MiB).
 INTERPRETER_FLOOR_BYTES = 64 << 20
 SOFT_LINE = 0.9  # at this share of the memory budget the job is asked to stop
+INTERVAL_SECONDS_MIN, INTERVAL_SECONDS_MAX = 0.01, 60.0  # between samples
+CPUS_MIN = 0.01  # the smallest CPU quota a cgroup takes (1 ms in 100 ms)
 
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
           "g": 1000**3, "gb": 1000**3, "gib": 1024**3, "t": 1000**4, "tb": 1000**4, "tib": 1024**4}
@@ -33,6 +36,28 @@ class Budget:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def check_interval(value: object, what: str = "--interval") -> float:
+    """Seconds between samples, checked alike for the CLI, the API and the notebook magic: a finite
+    number from :data:`INTERVAL_SECONDS_MIN` to :data:`INTERVAL_SECONDS_MAX` (NaN stored in a run broke
+    the store's listing; 0 sampled at 30 kHz)."""
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise TensorgaugeError(f"{what}: not a number of seconds: {value!r}") from None
+    if not INTERVAL_SECONDS_MIN <= seconds <= INTERVAL_SECONDS_MAX:  # false for NaN too
+        raise TensorgaugeError(f"{what}: the interval must be between {INTERVAL_SECONDS_MIN:g} and "
+                               f"{INTERVAL_SECONDS_MAX:g} seconds, got {value}")
+    return seconds
+
+
+def interval_option(text: str) -> float:
+    """:func:`check_interval` as an argparse type: the ``--interval`` of the CLI and of the notebook magic."""
+    try:
+        return check_interval(text)
+    except TensorgaugeError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--interval: ")) from None
 
 
 def parse_memory(text: str, total_bytes: int, what: str = "--max-memory") -> int:
@@ -60,8 +85,8 @@ def parse_cpus(text: str, cores_allowed: float) -> float:
         value = float(text)
     except ValueError:
         raise TensorgaugeError(f"--max-cpus: '{text}' is not a number of CPUs (examples: 1, 1.5)") from None
-    if not math.isfinite(value) or value <= 0:
-        raise TensorgaugeError("--max-cpus: the budget must be more than zero")
+    if not math.isfinite(value) or value < CPUS_MIN:
+        raise TensorgaugeError(f"--max-cpus: the budget must be at least {CPUS_MIN:g} CPUs, got {text}")
     if value > cores_allowed:
         raise TensorgaugeError(f"--max-cpus: {text} is more than the {cores_allowed:g} CPUs this job may use")
     return value

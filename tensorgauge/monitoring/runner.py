@@ -32,7 +32,7 @@ from tensorgauge.hook.protocol import DIAGNOSE_ENV, EVENTS_ENV, NO_CGROUP_ENV, N
 from tensorgauge.model import RunRecord
 from tensorgauge.monitoring.budget import BudgetWatch, kill_tree
 from tensorgauge.monitoring.guard import Guard
-from tensorgauge.monitoring.limits import Budget
+from tensorgauge.monitoring.limits import Budget, check_interval
 from tensorgauge.monitoring.monitor import Monitor, Observer, Sources
 from tensorgauge.monitoring.recorder import Recorder
 from tensorgauge.monitoring.run_files import RunFiles
@@ -127,6 +127,7 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     written on a thread of its own: a locked or slow store never holds the loop up;
     ``store_wait_seconds`` is how long the end of the run waits for it."""
     command = resolve_command(command)
+    interval_seconds = check_interval(interval_seconds, "interval_seconds")
     sources = sources or Sources()
     clock = sources.clock
     run_id = new_run_id()
