@@ -85,11 +85,25 @@ def test_unwritable_location(tmp_path):
         Store.open(tmp_path)
 
 
-def test_damaged_record_is_a_store_error(tmp_path):
+def test_a_damaged_record_is_named_and_skipped_by_the_listing_and_removable(tmp_path, capsys):
+    from tensorgauge.cli import main
+    from tensorgauge.model import RunRecord
+
     store = Store.open(tmp_path / "runs.db")
-    store.conn.execute("INSERT INTO runs VALUES ('x', '2026', '{not json')")
+    store.save_run(RunRecord(run_id="20261126-080000-aaaa", command=["a"], started_at="2026-11-26T08:00:00+00:00"))
+    store.conn.execute("INSERT INTO runs VALUES ('20261126-090000-bbbb', '2026', '{not json')")
+    store.conn.commit()
     with pytest.raises(StoreError, match="damaged run record"):
-        store.runs()
+        store.run("20261126-090000-bbbb")
+    damaged: list = []
+    assert [r.run_id for r in store.runs(damaged)] == ["20261126-080000-aaaa"]
+    assert damaged[0][0] == "20261126-090000-bbbb" and "damaged run record" in damaged[0][1]
+    assert main(["runs", "--store", str(tmp_path / "runs.db")]) == 0
+    out, err = capsys.readouterr()
+    assert "20261126-080000-aaaa" in out and "skipped run 20261126-090000-bbbb" in err and "Traceback" not in err
+    assert main(["rm", "--store", str(tmp_path / "runs.db"), "20261126-090000"]) == 0  # by a prefix of its id
+    assert "removed 20261126-090000-bbbb" in capsys.readouterr().out
+    assert [r.run_id for r in Store.open(tmp_path / "runs.db").runs()] == ["20261126-080000-aaaa"]
 
 
 def test_a_version_1_store_is_migrated_and_keeps_its_runs(tmp_path):

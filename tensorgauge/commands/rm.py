@@ -7,8 +7,8 @@ from tensorgauge.commands._shared import open_store
 
 def rm(store: str | None, refs: list[str]) -> int:
     opened = open_store(store, create=False)
-    records = [opened.run(ref) for ref in refs]
-    for record in records:
-        opened.delete_run(record.run_id)
-        print(f"removed {record.run_id}")
+    run_ids = list(dict.fromkeys(opened.run_id_of(ref) for ref in refs))  # a damaged record can go too
+    for run_id in run_ids:
+        opened.delete_run(run_id)
+        print(f"removed {run_id}")
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from tensorgauge.commands._shared import console, open_store
@@ -16,5 +17,8 @@ def runs(store: str | None) -> int:
         render_runs(console(), [], {})
         return 0
     opened = open_store(store, create=False)
-    render_runs(console(), opened.runs(), opened.peaks())
+    damaged: list[tuple[str, str]] = []
+    render_runs(console(), opened.runs(damaged), opened.peaks())
+    for run_id, why in damaged:
+        print(f"tensorgauge: skipped run {run_id}: {why}", file=sys.stderr)
     return 0

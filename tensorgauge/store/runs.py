@@ -165,10 +165,28 @@ class Store:
         except self.backend.errors as exc:
             raise StoreError(f"cannot read store {self.location}: {exc}") from None
 
-    def runs(self) -> list[RunRecord]:
-        """Every run, oldest first."""
-        rows = self._query("SELECT record FROM runs ORDER BY started_at, run_id")
-        return [_record(row[0], self.location) for row in rows]
+    def runs(self, damaged: list[tuple[str, str]] | None = None) -> list[RunRecord]:
+        """Every run, oldest first. A damaged record is skipped (one row must not hide the others) and,
+        with ``damaged``, named there: (run id, what is wrong)."""
+        out = []
+        for run_id, text in self._query("SELECT run_id, record FROM runs ORDER BY started_at, run_id"):
+            try:
+                out.append(_record(text, self.location))
+            except StoreError as exc:
+                if damaged is not None:
+                    damaged.append((str(run_id), str(exc)))
+        return out
+
+    def run_id_of(self, ref: str) -> str:
+        """The id of the run named by an exact id or a unique id prefix, without reading its record (a
+        damaged one can still be removed); other references (a name, ``last``) through :meth:`run`."""
+        ids = [row[0] for row in self._query("SELECT run_id FROM runs WHERE run_id = ?", (ref,))]
+        if not ids:
+            ids = [row[0] for row in self._query("SELECT run_id FROM runs WHERE run_id LIKE ? ESCAPE '\\'",
+                                                 (_like_prefix(ref),))]
+        if len(ids) == 1:
+            return str(ids[0])
+        return self.run(ref).run_id
 
     def run(self, ref: str) -> RunRecord:
         """The run named by an id, a unique id prefix, a name, or ``last``."""
@@ -179,8 +197,7 @@ class Store:
             return _record(rows[0][0], self.location)
         rows = self._query("SELECT record FROM runs WHERE run_id = ?", (ref,))
         if not rows:
-            rows = self._query("SELECT record FROM runs WHERE run_id LIKE ? ESCAPE '\\'",
-                               (ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",))
+            rows = self._query("SELECT record FROM runs WHERE run_id LIKE ? ESCAPE '\\'", (_like_prefix(ref),))
         if not rows:
             named = [r for r in self._query("SELECT record FROM runs ORDER BY started_at DESC")
                      if json.loads(r[0]).get("name") == ref]
@@ -302,11 +319,26 @@ def _chunk_rows(run_id: str, series: SampleSeries) -> list[tuple]:
     return [(run_id, *row) for row in chunks.split(series)]
 
 
+def _like_prefix(ref: str) -> str:
+    """A LIKE pattern (escape character ``\\``) for the ids that start with ``ref``."""
+    return ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
 def _record(text: str, location: str) -> RunRecord:
     try:
         return RunRecord.from_dict(check_record(RunRecord, json.loads(text), "run"))
     except (ValueError, TypeError, ValidationError) as exc:
-        raise StoreError(f"store {location} holds a damaged run record ({exc})") from None
+        run_id = _id_in(text)
+        raise StoreError(f"store {location} holds a damaged run record{f' {run_id}' if run_id else ''} ({exc})"
+                         + (f"; 'tensorgauge rm {run_id}' removes it" if run_id else "")) from None
+
+
+def _id_in(text: str) -> str | None:
+    try:
+        run_id = json.loads(text).get("run_id")
+    except (ValueError, AttributeError, TypeError):
+        return None
+    return run_id if isinstance(run_id, str) else None
 
 
 def _row(columns: tuple[Column, ...], record: Any) -> tuple:
