@@ -36,8 +36,11 @@ def test_an_unwritable_json_is_found_before_the_job_runs(store_path, tmp_path, c
 def test_outputs_onto_the_store_itself_are_refused(store_path, capsys):
     assert main(["run", "-q", "--name", "keep", "--", "true"]) == 0
     before = store_path.read_bytes()
+    link = store_path.parent / "innocent.json"
+    os.link(store_path, link)  # a hard link: the store under another name
     for command in (["export", "keep", "-o", str(store_path)], ["report", "keep", "-o", str(store_path)],
-                    ["export", "keep", "-o", str(store_path) + "-wal"]):
+                    ["export", "keep", "-o", str(store_path) + "-wal"], ["report", "keep", "-o", str(link)],
+                    ["run", "-q", "--json", str(link), "--", "true"]):
         assert main(command) == 2, command
         assert "is the run store itself" in one_line(capsys)
     assert Store.open(store_path).run("keep").name == "keep" and len(store_path.read_bytes()) == len(before)
@@ -64,8 +67,9 @@ def test_a_foreign_sqlite_file_is_refused_and_left_untouched(tmp_path, capsys):
     assert foreign.read_bytes() == before
 
 
-def test_a_read_only_store_can_be_read():
-    """A store its reader may not write (a copy on a shared drive): read as it is, changed in nothing."""
+def test_a_read_only_store_can_be_read_and_is_refused_for_recording_before_the_job_starts():
+    """A store its reader may not write (a copy on a shared drive): read as it is, changed in nothing;
+    `run` into it says so and exits 2 before the job starts (it used to run and lose every sample)."""
     import tempfile
     from pathlib import Path
 
@@ -76,14 +80,19 @@ def test_a_read_only_store_can_be_read():
     store.chmod(0o444)
     store.parent.chmod(0o555)
     before = store.read_bytes()
-    command = [PY, "-m", "tensorgauge", "show", "mine", "--store", str(store)]
+    as_user: list[str] = []
     if os.geteuid() == 0:  # root may write anything: read it as an ordinary user
         if shutil.which("setpriv") is None:
             pytest.skip("running as root without setpriv to drop to another user")
-        command = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", *command]
+        as_user = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
     try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        result = subprocess.run([*as_user, PY, "-m", "tensorgauge", "show", "mine", "--store", str(store)],
+                                capture_output=True, text=True, timeout=60)
         assert result.returncode == 0 and "mine" in result.stdout, result.stderr
+        result = subprocess.run([*as_user, PY, "-m", "tensorgauge", "run", "--store", str(store), "--", "true"],
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 2 and "is read-only" in result.stderr, result.stderr
+        assert "recording run" not in result.stderr and result.stderr.count("\n") == 1
         assert store.read_bytes() == before
     finally:
         store.parent.chmod(0o755)
@@ -124,3 +133,16 @@ def test_a_password_is_never_printed():
     assert redact("postgresql://me:secret@db/runs") == "postgresql://me:***@db/runs"
     assert redact("postgresql://db/runs?sslmode=require&password=secret&x=1") == \
         "postgresql://db/runs?sslmode=require&password=***&x=1"
+
+
+@pytest.mark.parametrize("url", [
+    "postgresql://me@db/runs?sslmode=require&sslpassword=hunter22",
+    "postgresql://me@db/runs?SSLPASSWORD=hunter22",
+    "postgresql://me@db/runs?ssl%70assword=hunter22",  # libpq decodes the name: masked by its value
+    "postgresql://me@db/runs?sslkey=/home/me/hunter22.key&x=1",
+])
+def test_every_secret_in_a_url_is_masked(url, capsys):
+    pytest.importorskip("psycopg", reason="the [postgres] extra is not installed")
+    assert "hunter22" not in redact(url)
+    main(["runs", "--store", url.replace("@db/", "@127.0.0.1:1/")])  # nothing listens: the error names the URL
+    assert "hunter22" not in capsys.readouterr().err

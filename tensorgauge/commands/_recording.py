@@ -87,6 +87,9 @@ def record(command: list[str], options: RecordOptions) -> tuple[int, str]:
         exporter = PrometheusExporter(options.prometheus)
         observers.append(exporter)
     store = open_store(options.store)
+    if store.read_only:  # before the job starts: every sample would be lost
+        raise TensorgaugeError(f"cannot record into {safe(store.location)}: it is read-only (a read-only file, "
+                               "folder or mount); give a writable store with --store")
     checkpoint_dir = None
     if budget is not None and budget.max_memory_bytes is not None:
         checkpoint_dir = options.checkpoint or str(default_checkpoint_dir(store.data_dir, command))

@@ -68,9 +68,10 @@ def check_output(destination: str, store_location: str | None = None) -> None:
     path = Path(destination).expanduser()
     store = str(store_location or default_store_path())
     if not is_url(store):
-        target = os.path.realpath(path)
-        if target in {os.path.realpath(store + suffix) for suffix in ("", "-wal", "-shm", "-journal")}:
-            raise TensorgaugeError(f"{destination} is the run store itself: write somewhere else")
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            own = store + suffix
+            if os.path.realpath(path) == os.path.realpath(own) or _same_file(path, own):
+                raise TensorgaugeError(f"{destination} is the run store itself: write somewhere else")
     if path.is_dir():
         raise TensorgaugeError(f"cannot write {destination}: it is a directory")
     folder = path.parent if str(path.parent) else Path(".")
@@ -78,6 +79,14 @@ def check_output(destination: str, store_location: str | None = None) -> None:
         raise TensorgaugeError(f"cannot write {destination}: no folder {folder}")
     if not os.access(path if path.exists() else folder, os.W_OK):
         raise TensorgaugeError(f"cannot write {destination}: permission denied")
+
+
+def _same_file(a: Path | str, b: Path | str) -> bool:
+    """The same file by device and inode (a hard link is the file under another name)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def write_json(document: dict[str, Any], destination: str) -> None:

@@ -16,10 +16,26 @@ TYPES = {"blob": "BYTEA", "real": "DOUBLE PRECISION", "int": "BIGINT", "event_id
          "event_order": "run_id, id"}
 
 
+SECRET_PARAMETERS = ("password", "sslpassword", "sslkey", "passfile", "sslcert", "sslrootcert", "sslcrl")
+
+
 def redact(url: str) -> str:
-    """The URL without its password (in the user part or as ``password=``), for messages."""
+    """The URL without its secrets, for messages: the password in the user part, and the value of every
+    parameter that holds a secret or names where one is kept (``password=``, ``sslpassword=``...), as
+    libpq's own parser reads them (psycopg's ``conninfo_to_dict``): whatever the spelling, it is masked."""
     url = re.sub(r"//([^:@/]*):[^@/]*@", r"//\1:***@", url)
-    return re.sub(r"(?i)([?&]password=)[^&#]*", r"\1***", url)
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        secrets = {k: v for k, v in conninfo_to_dict(url).items() if k in SECRET_PARAMETERS and v}
+    except Exception:  # psycopg missing, or a URL libpq does not take: mask each parameter named so
+        secrets = {}
+    names = "|".join(SECRET_PARAMETERS)
+    url = re.sub(rf"(?i)([?&](?:{names})=)[^&#]*", r"\1***", url)
+    for value in secrets.values():  # spelt another way (percent-encoded, in the path): not shown at all
+        if str(value) != "***" and len(str(value)) >= 3:
+            url = url.replace(str(value), "***")
+    return url
 
 
 class PostgresBackend:

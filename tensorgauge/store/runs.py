@@ -57,6 +57,11 @@ class Store:
     def conn(self):
         return self.backend.conn
 
+    @property
+    def read_only(self) -> bool:
+        """Opened to be read only (a read-only file, folder or mount): nothing can be recorded into it."""
+        return bool(self.backend.read_only)
+
     @classmethod
     def open(cls, location: str | os.PathLike | None = None, create: bool = True) -> Store:
         """Open (and create, if ``create``) the store; any problem is a :class:`StoreError`.

@@ -47,7 +47,8 @@ class SqliteBackend:
                 pass
             except OSError as exc:
                 raise StoreError(f"cannot create the store {path}: {exc.strerror}") from None
-        self.read_only = not os.access(path, os.W_OK)
+        # SQLite writes its -wal and -shm files beside the store: a store in a read-only folder is read-only too.
+        self.read_only = not os.access(path, os.W_OK) or not os.access(path.parent, os.W_OK)
         try:
             if self.read_only:  # e.g. a store copied off a shared drive: read it as it is, change nothing
                 self.conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?immutable=1", uri=True,
