@@ -23,6 +23,16 @@ class _Parser(argparse.ArgumentParser):
         raise TensorgaugeError(f"{message} (see '{self.prog} --help')")
 
 
+def _grace(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 <= seconds <= 24 * 3600:  # false for NaN too
+        raise argparse.ArgumentTypeError(f"the grace period must be between 0 s and a day, got {text}")
+    return seconds
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     """Call the verb's function with typed arguments taken from the parsed ones."""
     verb = args.verb
@@ -35,7 +45,7 @@ def _dispatch(args: argparse.Namespace) -> int:
                                 max_cpus=args.max_cpus, max_gpu_memory=args.max_gpu_memory,
                                 checkpoint=args.checkpoint, job=args.job, live=args.live,
                                 tensorboard=args.tensorboard, prometheus=args.prometheus, quiet=args.quiet,
-                                keep_job_on_failure=args.keep_job_on_failure)
+                                keep_job_on_failure=args.keep_job_on_failure, stop_grace_seconds=args.stop_grace)
         return module.run(list(args.command), options, try_fixes=args.try_fixes, backends=args.backends)
     calls = {
         "runs": lambda: module.runs(args.store),
@@ -117,6 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prometheus", metavar="[HOST:]PORT",
                    help="serve live metrics for Prometheus on HOST:PORT (default host 127.0.0.1), e.g. 9464")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing of tensorgauge's own")
+    p.add_argument("--stop-grace", type=_grace, default=10.0, metavar="S",
+                   help="after a SIGTERM passed on to the job, seconds it has to end before its whole process "
+                        "tree is killed (10, as docker stop)")
     p.add_argument("--keep-job-on-failure", action="store_true",
                    help="if tensorgauge itself fails or is killed, leave the job running unmonitored (by default "
                         "the job's whole process tree is stopped with it)")

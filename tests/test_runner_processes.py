@@ -160,3 +160,57 @@ def test_run_files_go_to_ram_only_where_it_has_room(tmp_path):
     assert private_parent(str(tmp_path), min_free=0) == str(tmp_path)
     assert private_parent(str(tmp_path), min_free=1 << 62) is None  # no room: the disk's temporary directory
     assert private_parent(str(tmp_path / "missing"), min_free=0) is None
+
+
+def _started(tg_cmd, tmp_path, job: str, *options: str):
+    ready = tmp_path / "ready"
+    monitor = subprocess.Popen([*tg_cmd, "run", "-q", *options, "--", PY, "-c",
+                                job.replace("READY", repr(str(ready)))])
+    wait_for(ready)
+    return monitor, int(ready.read_text())
+
+
+def test_a_job_that_ignores_sigterm_is_killed_after_the_grace_period(store_path, tg_cmd, tmp_path):
+    job = ("import os, pathlib, signal, time\n"
+           "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+           "pathlib.Path(READY).write_text(str(os.getpid()))\n"
+           "time.sleep(60)\n")
+    monitor, _ = _started(tg_cmd, tmp_path, job, "--stop-grace", "1")
+    sent = time.monotonic()
+    monitor.send_signal(signal.SIGTERM)
+    assert monitor.wait(timeout=20) == 128 + signal.SIGKILL
+    assert 0.9 <= time.monotonic() - sent < 8  # the grace period, then SIGKILL
+    assert Store.open(store_path).run("last").signal == signal.SIGKILL
+
+
+def test_a_stopped_job_gets_the_signal_it_was_sent(store_path, tg_cmd, tmp_path):
+    """kill -STOP on the job, then SIGTERM to tensorgauge: the job is woken to take it (it used to hang)."""
+    got = tmp_path / "got"
+    job = ("import os, pathlib, signal, sys, time\n"
+           f"signal.signal(signal.SIGTERM, lambda n, f: (pathlib.Path({str(got)!r}).write_text('term'), sys.exit(3)))\n"
+           "pathlib.Path(READY).write_text(str(os.getpid()))\n"
+           "time.sleep(60)\n")
+    monitor, pid = _started(tg_cmd, tmp_path, job)
+    os.kill(pid, signal.SIGSTOP)
+    time.sleep(0.2)
+    monitor.send_signal(signal.SIGTERM)
+    assert monitor.wait(timeout=20) == 3 and got.read_text() == "term"
+
+
+@pytest.mark.parametrize("cgroup", [True, False])
+def test_a_setsid_child_is_reached_by_a_signal_to_tensorgauge(store_path, tg_cmd, tmp_path, monkeypatch, cgroup):
+    """A child in a session of its own is outside the job's process group: reached through the cgroup, or
+    the job's descendants without one."""
+    if not cgroup:
+        monkeypatch.setenv("TENSORGAUGE_NO_CGROUP", "1")
+    job = ("import os, pathlib, subprocess, time\n"
+           "child = subprocess.Popen(['sleep', '60'], start_new_session=True)\n"
+           "pathlib.Path(READY).write_text(str(child.pid))\n"
+           "child.wait()\n")
+    monitor, child = _started(tg_cmd, tmp_path, job)
+    monitor.send_signal(signal.SIGTERM)
+    monitor.wait(timeout=20)
+    deadline = time.monotonic() + 2
+    while alive(child) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not alive(child), "the setsid child outlived the SIGTERM"

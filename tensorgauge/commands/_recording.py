@@ -32,6 +32,7 @@ class RecordOptions:
     prometheus: str | None = None
     quiet: bool = False
     keep_job_on_failure: bool = False
+    stop_grace_seconds: float = 10.0  # after a SIGTERM passed on, before the tree is killed
     extra_env: dict[str, str] | None = None  # set for the job (e.g. KERAS_BACKEND by --backends)
 
 
@@ -118,7 +119,8 @@ def record(command: list[str], options: RecordOptions) -> tuple[int, str]:
                      hook=options.hook, on_start=started, budget=budget, checkpoint_dir=checkpoint_dir,
                      diagnose=options.diagnose, observers=observers, job=options.job,
                      report=lambda line: _say(err, f"tensorgauge: warning: {line}", markup=False),
-                     keep_job_on_failure=options.keep_job_on_failure, extra_env=options.extra_env)
+                     keep_job_on_failure=options.keep_job_on_failure, extra_env=options.extra_env,
+                     stop_grace_seconds=options.stop_grace_seconds)
     finally:
         for observer in observers:
             observer.close()

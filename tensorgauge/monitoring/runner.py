@@ -48,6 +48,7 @@ HOOK_SITE_DIR = Path(__file__).parent.parent / "hook" / "_site"
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _WAKE_SIGNALS = (signal.SIGCHLD, *_FORWARDED_SIGNALS)
 STORE_WAIT_SECONDS = 120.0  # how long the end of a run waits for a locked or busy store
+STOP_GRACE_SECONDS = 10.0  # after a SIGTERM passed on, the job's tree is killed if it still runs (docker's)
 _OWN_PROCESS_GROUP: dict = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
 
 
@@ -109,7 +110,7 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
         extra_env: dict[str, str] | None = None, observers: Sequence[Observer] = (),
         job: str | None = None, sources: Sources | None = None,
         report: Callable[[str], None] | None = None, keep_job_on_failure: bool = False,
-        store_wait_seconds: float = STORE_WAIT_SECONDS) -> RunResult:
+        store_wait_seconds: float = STORE_WAIT_SECONDS, stop_grace_seconds: float = STOP_GRACE_SECONDS) -> RunResult:
     """Run ``command`` to its end under the monitor and record it in ``store``.
 
     With a ``budget``, the job is kept inside it (see :mod:`tensorgauge.monitoring.budget`);
@@ -122,7 +123,9 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     a problem of the monitor's own (an observer failing, a store that fails) is told.
 
     The job runs in a process group of its own; signals sent to the monitor go to the
-    whole group. If the monitor fails after the job started, or is killed, the job's tree
+    whole group and every process of its cgroup (a ``setsid`` child left the group), each followed
+    by SIGCONT (a stopped job takes it); a SIGTERM not obeyed within ``stop_grace_seconds`` is
+    followed by SIGKILL of the whole tree. If the monitor fails after the job started, or is killed, the job's tree
     is stopped (SIGTERM, then SIGKILL), unless ``keep_job_on_failure``. The store is
     written on a thread of its own: a locked or slow store never holds the loop up;
     ``store_wait_seconds`` is how long the end of the run waits for it."""
@@ -171,13 +174,14 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WAKE_SIGNALS)
     # Threads started before (numpy's BLAS pool, on import) do not block them: a signal the kernel
     # hands to one of those comes to this handler, in the main thread, instead of killing the monitor.
-    old_handlers = {sig: signal.signal(sig, _forward_to(child.pid)) for sig in _FORWARDED_SIGNALS}
+    ended = _ChildEnd(child.pid, group, stop_grace_seconds)
+    old_handlers = {sig: signal.signal(sig, ended.on_signal) for sig in _FORWARDED_SIGNALS}
     terminal = _Terminal.hand_to(child.pid)
-    ended = _ChildEnd(child.pid)
     writer = StoreWriter(store)
     gpus = None
     try:
         tree, group = sources.watch_tree(child.pid, run_id, group)
+        ended.group = group
         if watch:
             watch.apply_started(child.pid)
         paths = cgroup.cgroup_paths(child.pid)  # read now: /proc/PID goes with the job
@@ -291,10 +295,7 @@ def _kill_tree(pid: int, group) -> None:
 
 def _stop_tree(pid: int, group, ended: _ChildEnd, grace_seconds: float = 3.0) -> None:
     """SIGTERM the job's tree, then SIGKILL what is left after ``grace_seconds``; reaps the job."""
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except OSError:
-        pass
+    ended.send(signal.SIGTERM)
     deadline = time.monotonic() + grace_seconds
     while time.monotonic() < deadline:
         if ended._reap():
@@ -340,24 +341,51 @@ def _set_foreground(fd: int, pgid: int) -> None:
         signal.signal(signal.SIGTTOU, old)
 
 
-def _forward_to(pid: int) -> Callable[[int, Any], None]:
-    """A signal handler passing the signal on to the job's process group."""
-    def forward(signum: int, frame: Any) -> None:
-        try:
-            os.killpg(pid, signum)
-        except ProcessLookupError:
-            pass
-
-    return forward
+def _process_group(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
 
 
 class _ChildEnd:
-    """Waits for the child's end while forwarding the signals sent to the monitor to its process group."""
+    """Waits for the child's end while passing the signals sent to the monitor on to the job's tree."""
 
-    def __init__(self, pid: int):
-        self.pid = pid
+    def __init__(self, pid: int, group=None, grace_seconds: float = STOP_GRACE_SECONDS):
+        self.pid, self.group, self.grace_seconds = pid, group, grace_seconds
         self.status: int | None = None
         self.rusage: Any = None  # resource.struct_rusage once reaped
+        self.terminate_at: float | None = None  # when a SIGTERM was passed on
+        self.escalated = False
+
+    def send(self, signum: int) -> None:
+        """``signum`` to the job's process group and to every member of its cgroup, or each of its
+        descendants without one (a ``setsid`` child has a group of its own), then SIGCONT: a stopped process takes a signal only once it runs."""
+        members = [p for p in (self.group.pids() if self.group is not None else descendants(self.pid))
+                   if _process_group(p) not in (self.pid, None)]  # the group's own get it once, by killpg
+        for sig in (signum, signal.SIGCONT):
+            try:
+                os.killpg(self.pid, sig)
+            except OSError:
+                pass
+            for member in members:
+                try:
+                    os.kill(member, sig)
+                except OSError:
+                    pass
+        if signum == signal.SIGTERM and self.terminate_at is None:
+            self.terminate_at = time.monotonic()
+
+    def on_signal(self, signum: int, frame: Any = None) -> None:
+        """A signal handler: one the kernel handed to a thread that does not block it comes here."""
+        self.send(signum)
+
+    def _escalate_if_due(self) -> None:
+        """A SIGTERM not obeyed within the grace period: SIGKILL the whole tree (once)."""
+        if self.terminate_at is not None and not self.escalated and \
+                time.monotonic() >= self.terminate_at + self.grace_seconds:
+            self.escalated = True
+            _kill_tree(self.pid, self.group)
 
     def _reap(self) -> bool:
         if self.status is not None:
@@ -377,17 +405,17 @@ class _ChildEnd:
             return True
         deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0:
+            self._escalate_if_due()
+            if self.terminate_at is not None and not self.escalated:
+                left = max(0.0, min(left, self.terminate_at + self.grace_seconds - time.monotonic()))
             info = signal.sigtimedwait(_WAKE_SIGNALS, left)
             if info is None:
-                break
+                continue
             if info.si_signo == signal.SIGCHLD:
                 if self._reap():
                     return True
             else:
-                # Sent to the monitor (kill, a scheduler, or the terminal while the job does not own it):
-                # pass it on to the job's whole process group.
-                try:
-                    os.killpg(self.pid, info.si_signo)
-                except ProcessLookupError:
-                    pass
+                # Sent to the monitor (kill, a scheduler, or the terminal while the job does not own it).
+                self.send(info.si_signo)
+        self._escalate_if_due()
         return self._reap()
