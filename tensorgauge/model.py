@@ -147,6 +147,8 @@ class RunRecord(Record):
                                   default=None)
     events_skipped: int | None = declared("int?", "events", "lines from the job that were not valid events",
                                           default=None)
+    events_dropped: int | None = declared("int?", "events", "valid events from the job not kept: past the most "
+                                          "a run keeps, or still unread when the run ended", default=None)
 
 
 # The parts of RunRecord.env and RunRecord.budget that tensorgauge reads (other keys are kept, never read).

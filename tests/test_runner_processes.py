@@ -214,3 +214,40 @@ def test_a_setsid_child_is_reached_by_a_signal_to_tensorgauge(store_path, tg_cmd
     while alive(child) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert not alive(child), "the setsid child outlived the SIGTERM"
+
+
+def test_a_job_flooding_its_events_keeps_its_samples_and_a_readable_run(store_path, tg_cmd):
+    """300,000 event lines at once (about 30 MB): the samples keep their time, the run ends with the
+    job, and the store keeps at most what a run keeps."""
+    from tensorgauge.monitoring.recorder import MAX_EVENTS
+
+    job = ("import os, time\n"
+           "fd = os.open(os.environ['TENSORGAUGE_EVENTS'], os.O_WRONLY | os.O_APPEND)\n"
+           "line = '{\"t\": %r, \"pid\": 1, \"kind\": \"phase_begin\", \"id\": 1, \"name\": \"x\", "
+           "\"phase_kind\": \"fit\"}\\n' % time.monotonic()\n"
+           "os.write(fd, (line * 300_000).encode())\n"
+           "time.sleep(3)\n")
+    started = time.monotonic()
+    assert subprocess.run([*tg_cmd, "run", "-q", "--", PY, "-c", job], timeout=120).returncode == 0
+    took = time.monotonic() - started
+    store = Store.open(store_path)
+    record = store.run("last")
+    assert record.samples_taken >= 0.9 * record.wall_seconds / record.interval_seconds, record
+    assert took < record.wall_seconds + 8  # the run's end is not held for the flood
+    assert record.events_dropped and record.events_dropped >= 300_000 - MAX_EVENTS
+    assert len(store.events(record.run_id)) <= MAX_EVENTS + 10
+
+
+def test_events_written_after_the_job_truncates_its_events_file_are_read(store_path, tg_cmd):
+    job = ("import json, os, time\n"
+           "path = os.environ['TENSORGAUGE_EVENTS']\n"
+           "def say(i):\n"
+           "    with open(path, 'a') as f:\n"
+           "        f.write(json.dumps({'t': time.monotonic(), 'pid': 1, 'kind': 'phase_begin', 'id': i, "
+           "'name': f'p{i}', 'phase_kind': 'fit'}) + '\\n')\n"
+           "say(1); time.sleep(0.5)\n"
+           "open(path, 'w').close(); say(2); time.sleep(0.5)\n")
+    assert subprocess.run([*tg_cmd, "run", "-q", "--", PY, "-c", job], timeout=60).returncode == 0
+    store = Store.open(store_path)
+    names = [e.data["name"] for e in store.events(store.run("last").run_id) if e.kind == "phase_begin"]
+    assert names == ["p1", "p2"]

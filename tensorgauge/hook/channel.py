@@ -95,26 +95,45 @@ def set_channel(new: Channel | None) -> Channel | None:
     return old
 
 
+_MARK_BYTES = 32
+
+
 class EventReader:
     """Reads the events written so far, complete lines only (monitor side). At most
     ``max_bytes`` a call: a burst of events from the job is read over several ticks
-    instead of stalling one."""
+    instead of stalling one; ``at_end`` says whether the last call read all that was
+    written. A file the job truncated is read again from its start (``truncated`` counts it)."""
 
-    def __init__(self, path: str, max_bytes: int = 1 << 20):
+    def __init__(self, path: str, max_bytes: int = 64 << 10):
         self.path = path
         self.max_bytes = max_bytes
         self._offset = 0
         self._partial = b""
+        self.at_end = True
+        self.truncated = 0
+        self._last = b""  # the bytes just before the offset: if they change, the file was rewritten
+
+    def _rewritten(self, f) -> bool:
+        f.seek(self._offset - len(self._last))
+        return f.read(len(self._last)) != self._last
 
     def read_new(self, everything: bool = False) -> list[dict]:
         """The complete lines written since the last call (``everything``: to the end, however much)."""
         try:
             with open(self.path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if self._offset and (size < self._offset or self._rewritten(f)):
+                    # truncated (and maybe written again past where we were): read it from its start
+                    self._offset, self._partial = 0, b""
+                    self.truncated += 1
                 f.seek(self._offset)
                 chunk = f.read(-1 if everything else self.max_bytes)
         except OSError:
             return []
         self._offset += len(chunk)
+        if chunk:
+            self._last = (self._partial + chunk)[-_MARK_BYTES:]
+        self.at_end = self._offset >= size
         data = self._partial + chunk
         lines = data.split(b"\n")
         self._partial = lines.pop()
@@ -127,3 +146,19 @@ class EventReader:
             if isinstance(event, dict) and "t" in event and "kind" in event:
                 out.append(event)
         return out
+
+    def skip_rest(self) -> int:
+        """Pass over whatever is still unread: the number of lines passed over (counted a MiB at a
+        time, never parsed)."""
+        lines = 0
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                while chunk := f.read(1 << 20):
+                    self._offset += len(chunk)
+                    lines += chunk.count(b"\n")
+                    self._last = (self._last + chunk)[-_MARK_BYTES:]
+        except OSError:
+            pass
+        self._partial, self.at_end = b"", True
+        return lines

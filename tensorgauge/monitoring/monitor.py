@@ -33,6 +33,9 @@ class EventSource(Protocol):
     def read_new(self, everything: bool = False) -> list[dict]: ...
 
 
+FINAL_READS = 128  # the last tick reads at most this many more chunks of events (8 MiB of 64 KiB)
+
+
 def _real_cgroup(run_id: str, allowed: bool) -> JobCgroup | None:
     from tensorgauge.sources import cgroup
 
@@ -106,6 +109,7 @@ class Monitor:
         self.samples_taken = 0
         self.rss_peak_bytes = 0
         self.warning: str | None = None  # set when recording stopped early
+        self.ended_at: float | None = None  # when the job was seen to end (the clock's time)
         self._store_failure_told = False
 
     def tick(self, force: bool = False) -> None:
@@ -126,8 +130,10 @@ class Monitor:
     def _record(self, sample: Sample | None, force: bool) -> None:
         if sample is not None:
             self.samples_taken += 1
-        raw = self.events.read_new(everything=force)  # the last tick takes whatever is left
-        events = self.recorder.add([sample] if sample else [], raw, force=force)
+        if force:
+            events = self._drain()
+        else:  # a chunk a tick: a burst of events is read over several ticks, the samples keep their time
+            events = self.recorder.add([sample] if sample else [], self.events.read_new())
         state = getattr(self.recorder.store, "state", None)  # a StoreWriter's: what the store lost
         if state is not None and state.error and not self._store_failure_told:
             self._store_failure_told = True
@@ -138,6 +144,21 @@ class Monitor:
             except Exception as exc:  # a display or exporter must not stop the recording
                 self.observers.remove(observer)
                 self.report(f"{type(observer).__name__} stopped: {type(exc).__name__}: {exc}")
+
+    def _drain(self) -> list[Event]:
+        """The last tick: the rest of the job's events a chunk at a time (memory stays bounded), up to
+        :data:`FINAL_READS` chunks; lines past that are counted as skipped, not read (a job that wrote
+        a million lines must not hold its run's end for minutes). Then everything is committed."""
+        events: list[Event] = []
+        for _ in range(FINAL_READS):
+            events += self.recorder.add([], self.events.read_new())
+            if getattr(self.events, "at_end", True):
+                break
+        else:
+            skip_rest = getattr(self.events, "skip_rest", None)
+            if skip_rest is not None:
+                self.recorder.events_dropped += skip_rest()
+        return events + self.recorder.add([], [], force=True)
 
     def _tick_safely(self, force: bool = False) -> None:
         try:
@@ -152,7 +173,7 @@ class Monitor:
 
     def run(self, wait_for_end: Callable[[float], bool]) -> None:
         """Tick every ``interval_seconds`` until ``wait_for_end(timeout)`` (which waits at most
-        ``timeout`` seconds) says the job has ended; then the last, forced tick."""
+        ``timeout`` seconds) says the job has ended (``ended_at``); then the last, forced tick."""
         deadline = self.clock.now()
         while True:
             if wait_for_end(0.0):  # ended since the last wait: no sample of a process being reaped
@@ -164,6 +185,7 @@ class Monitor:
                 deadline = now + self.interval_seconds
             if self._wait(wait_for_end, max(0.0, deadline - self.clock.now())):
                 break
+        self.ended_at = self.clock.now()
         self._tick_safely(force=True)
 
     def _wait(self, wait_for_end: Callable[[float], bool], seconds: float) -> bool:

@@ -23,6 +23,7 @@ from tensorgauge.model import Event, RunRecord, Sample
 from tensorgauge.steps import FIRST_STEPS, StepDigest
 
 DIGEST_SECONDS = 60.0  # a phase's steps are stored at least this often
+MAX_EVENTS = 50_000  # the job's events a run stores (its steps, digested, and budget events are always kept)
 CLOCK_SLACK_SECONDS = 60.0  # how far outside the run an event's times may lie (clock reads, a late flush)
 
 
@@ -67,6 +68,8 @@ class Recorder:
         self._events: list[Event] = []
         self._next_commit = 0.0
         self.events_skipped = 0
+        self.events_dropped = 0  # valid, but past MAX_EVENTS (or left unread at the end: see the monitor)
+        self._events_kept = 0
         self.phases_begun = 0
         self.seen: list[Event] = []  # events the monitor acts on (budget stops), kept in memory
         self._steps: dict[tuple[int, int | None], _OpenSteps] = {}  # (pid, phase id) -> steps not yet stored
@@ -82,6 +85,10 @@ class Recorder:
             except (TypeError, ValueError, ArithmeticError, ValidationError):
                 self.events_skipped += 1  # not ours, or damaged: skip rather than stop recording
                 continue
+            if self._events_kept >= MAX_EVENTS and event.kind != Kind.STEPS and not event.kind.startswith("budget"):
+                self.events_dropped += 1  # a job writing events in a loop: the run stays readable
+                continue
+            self._events_kept += 1
             if event.kind == Kind.ENV and isinstance(event.data.get("facts"), dict):
                 self.record.env.setdefault("job", {}).update(event.data["facts"])
                 self.store.save_run(self.record)

@@ -203,7 +203,7 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
                           watch=watch, kill=lambda: _kill_tree(child.pid, group), observers=observers,
                           report=report)
         monitor.run(ended.wait)
-        end = clock.now()
+        end = monitor.ended_at or clock.now()  # the job's end, not the last events' reading after it
     except BaseException:
         # Our failure after the job started (a bug, a closed terminal, Ctrl-C twice): never an orphan.
         if not keep_job_on_failure and ended.status is None:
@@ -240,6 +240,7 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     record.rss_max_bytes = rusage.ru_maxrss * 1024  # Linux reports KiB
     record.complete = True
     record.events_skipped = recorder.events_skipped or None
+    record.events_dropped = recorder.events_dropped or None
     oom_kills = oom_before is not None and oom_after is not None and oom_after > oom_before
     if os.WIFSIGNALED(status):
         record.signal = os.WTERMSIG(status)

@@ -142,6 +142,9 @@ def render_run(console: Console, report: RunReport) -> None:
                       "figures cover what was recorded[/yellow]")
     if r.events_skipped:
         console.print(f"  [yellow]{r.events_skipped} lines from the job were not valid events and were skipped[/yellow]")
+    if r.events_dropped:
+        console.print(f"  [yellow]{r.events_dropped} events from the job were not kept: it wrote more than a run "
+                      "keeps (50,000) or faster than they could be read[/yellow]")
     if r.samples_lost or r.recording_error:
         taken = f"{s.samples} of {r.samples_taken} samples stored" if r.samples_taken else f"{s.samples} samples stored"
         console.print(f"  [yellow]recording: {taken}"
