@@ -5,6 +5,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tensorgauge.cli import main
 from tensorgauge.store import Store
 
@@ -49,16 +51,21 @@ FAST = ("import time\n"
         "    time.sleep(max(0.0, start + (i + 1) * 0.01 - time.monotonic()))\n")
 
 
-def test_without_a_cgroup_a_fast_allocating_job_stays_within_ten_percent(store_path, monkeypatch):
+LIST = "held = [bytearray(10**6) for _ in range(10**4)]  # 1 MB at a time, as fast as Python goes\n"
+
+
+@pytest.mark.parametrize("job", [FAST, LIST], ids=["bulk", "list"])
+def test_without_a_cgroup_a_fast_allocating_job_stays_within_ten_percent(store_path, monkeypatch, job):
     """No root, no cgroup: the watchdog reads the tree's RSS between samples once it is near the budget."""
     monkeypatch.setenv("TENSORGAUGE_NO_CGROUP", "1")
-    assert main(["run", "-q", "--max-memory", "400MiB", "--", sys.executable, "-c", FAST]) == 128 + 9
+    assert main(["run", "-q", "--max-memory", "400MiB", "--", sys.executable, "-c", job]) == 128 + 9
     record = Store.open(store_path).run("last")
     budget = record.budget
     assert record.tree_source == "procfs" and budget["stopped"] and "killed" in budget["reason"]
     assert budget["enforced_by"] == ["watchdog (graceful stop at 90%, kill past 100%)",
                                      "RLIMIT_DATA backstop at 1424 MiB"]
     assert budget["max_memory_bytes"] < budget["peak_bytes"] <= 1.10 * budget["max_memory_bytes"]
+    assert record.rss_max_bytes <= 1.10 * budget["max_memory_bytes"]  # the job's own peak, not only the one seen
 
 
 def test_the_data_limit_backstop_holds_a_job_whose_monitor_cannot_act(tmp_path):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from tensorgauge.model import Event, Sample
-from tensorgauge.monitoring.budget import CLOSE_CHECK_SECONDS, BudgetWatch
+from tensorgauge.monitoring.budget import BudgetWatch
 from tensorgauge.monitoring.recorder import Recorder
 from tensorgauge.monitoring.sampler import Sampler
 from tensorgauge.sources import Clock, Gpus, ProcessTree, System
@@ -192,14 +192,16 @@ class Monitor:
         """``wait_for_end(seconds)``; near the memory budget, in slices with the tree's RSS read
         between them, so a job that allocates fast is caught between samples."""
         watch, rss_now = self.watch, getattr(self.sampler.tree, "rss_now", None)
-        if watch is None or self.kill is None or rss_now is None or not watch.watch_closely():
+        every = watch.close_check_seconds() if watch is not None else None
+        if watch is None or every is None or self.kill is None or rss_now is None:
             return wait_for_end(seconds)
         end = self.clock.now() + seconds
         while True:
             left = end - self.clock.now()
-            if wait_for_end(max(0.0, min(left, CLOSE_CHECK_SECONDS))):
+            every = watch.close_check_seconds() or every
+            if wait_for_end(max(0.0, min(left, every))):
                 return True
-            if left <= CLOSE_CHECK_SECONDS:
+            if left <= every:
                 return False
             rss = rss_now()
             if rss is not None:
