@@ -11,5 +11,9 @@ class StoreError(TensorgaugeError):
     """The run store cannot be opened, read or written."""
 
 
+class StoreUnreachable(StoreError):
+    """The store's server stopped answering (a restart, a network outage): worth retrying."""
+
+
 class UnknownRunError(TensorgaugeError):
     """No stored run matches the given id."""

@@ -3,7 +3,8 @@ it the budget watchdog, signal forwarding and the job's end) never waits on stor
 
 Batches of samples and events go through a bounded queue; the run record is kept
 as its latest version only. A store that is locked or busy (another writer, a
-long import, a slow PostgreSQL link) is retried until it answers; a store that
+long import, a slow PostgreSQL link, a PostgreSQL server restarting: connected
+again) is retried until it answers; a store that
 fails otherwise (a full disk) loses those batches, and the writer counts what
 was lost and says why, for the run's record.
 """
@@ -15,11 +16,12 @@ import threading
 import time
 from dataclasses import dataclass
 
-from tensorgauge.errors import StoreError
+from tensorgauge.errors import StoreError, StoreUnreachable
 from tensorgauge.model import Event, RunRecord, Sample
 
 MAX_BATCHES = 2400  # 20 minutes of commits every 0.5 s held in memory while the store does not answer
 RETRY_SECONDS = 0.2
+RECONNECT_MAX_SECONDS = 2.0  # the longest wait between two attempts to reach a store's server again
 _BUSY = ("locked", "busy")
 
 
@@ -38,6 +40,7 @@ class WriterState:
     samples_lost: int = 0
     events_lost: int = 0
     error: str | None = None  # the first failure that lost data
+    outages: int = 0  # writes that found the store's server not answering (each was tried again)
     waited_seconds: float = 0.0  # time spent writing, waits for a locked or busy store included
 
 
@@ -133,20 +136,32 @@ class StoreWriter:
             self._lose(len(batch.samples), len(batch.events), self.state.error or "the store failed")
 
     def _with_retry(self, write) -> bool:
-        """Write, retrying while the store is locked or busy (until the deadline, once one is set)."""
+        """Write, retrying while the store is locked or busy, or its server does not answer (connecting
+        again, waiting longer each time up to :data:`RECONNECT_MAX_SECONDS`), until the deadline once
+        one is set. Meanwhile the batches wait in the queue (:data:`MAX_BATCHES`)."""
         began = time.monotonic()
+        pause = RETRY_SECONDS
         try:
             while True:
                 try:
                     write()
                     return True
                 except StoreError as exc:
-                    busy = any(word in str(exc).lower() for word in _BUSY)
+                    unreachable = isinstance(exc, StoreUnreachable)
+                    busy = unreachable or any(word in str(exc).lower() for word in _BUSY)
                     if not busy or (self._deadline is not None and time.monotonic() > self._deadline):
                         if self.state.error is None:
                             self.state.error = str(exc)
                         return False
-                    time.sleep(RETRY_SECONDS)
+                    if unreachable:
+                        self.state.outages += 1
+                        reconnect = getattr(self.store, "reconnect", None)
+                        if reconnect is not None and reconnect():
+                            continue  # write again at once
+                        time.sleep(pause)
+                        pause = min(RECONNECT_MAX_SECONDS, pause * 2)
+                    else:
+                        time.sleep(RETRY_SECONDS)
         finally:
             self.state.waited_seconds += time.monotonic() - began
 

@@ -50,6 +50,7 @@ class PostgresBackend:
             raise StoreError("a PostgreSQL store needs the [postgres] extra: pip install 'tensorgauge[postgres]'") \
                 from None
         self.errors = (psycopg.Error,)
+        self._url = url
         self.location = redact(url)  # never print a password
         self.data_dir = local_data_dir()  # checkpoints and reports stay on this machine
         try:
@@ -101,6 +102,25 @@ class PostgresBackend:
 
     def transaction(self):
         return self.conn.transaction()
+
+    def connection_lost(self) -> bool:
+        """The server closed the connection (restarted, or the link went down)."""
+        return bool(self.conn.closed or self.conn.broken)
+
+    def reconnect(self) -> bool:
+        """A new connection, once the server answers again; False while it does not."""
+        import psycopg
+
+        try:
+            conn = psycopg.connect(self._url, autocommit=True, connect_timeout=2)
+        except psycopg.Error:
+            return False
+        old, self.conn = self.conn, conn
+        try:
+            old.close()
+        except psycopg.Error:
+            pass
+        return True
 
     def close(self) -> None:
         self.conn.close()

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tensorgauge.checks import ValidationError, check_record
-from tensorgauge.errors import StoreError, UnknownRunError
+from tensorgauge.errors import StoreError, StoreUnreachable, UnknownRunError
 from tensorgauge.hook.protocol import Kind
 from tensorgauge.model import Event, GpuReading, RunRecord, Sample
 from tensorgauge.store.location import default_store_path, is_url
@@ -80,7 +80,15 @@ class Store:
             with self.backend.transaction():
                 yield self.backend
         except self.backend.errors as exc:
+            if getattr(self.backend, "connection_lost", lambda: False)():
+                raise StoreUnreachable(f"store {self.location} stopped answering: "
+                                       f"{str(exc).strip().splitlines()[0] if str(exc).strip() else exc}") from None
             raise StoreError(f"cannot {what} store {self.location}: {exc}") from None
+
+    def reconnect(self) -> bool:
+        """Connect again to a store whose server stopped answering; False while it still does not."""
+        reconnect = getattr(self.backend, "reconnect", None)
+        return bool(reconnect()) if reconnect is not None else False
 
     # -- writing ---------------------------------------------------------------
 
