@@ -43,3 +43,23 @@ def test_an_imported_bundle_with_markup_in_its_fields_lists_and_shows(tmp_path, 
         assert main([*command, "--store", store]) == 0, command
         out, err = capsys.readouterr()
         assert "\x1b" not in out + err and "Traceback" not in err
+
+
+def test_a_name_argument_and_environment_value_that_are_not_utf8_show_and_report(store_path, tmp_path):
+    """Bytes that are not UTF-8 (a Latin-1 file name, say) reach Python as lone surrogates: shown as
+    \\xNN everywhere, and the HTML report is written whole (it died half-way, leaving 0 bytes)."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "TENSORGAUGE_STORE": str(store_path), "ODD": "caf\udce9"}
+    tg = [sys.executable, "-m", "tensorgauge"]
+    run = subprocess.run([os.fsencode(a) for a in [*tg, "run", "-q", "--name", "caf\udce9", "--", "true",
+                                                    "na\udcefve"]], env={k: os.fsencode(v) for k, v in env.items()})
+    assert run.returncode == 0
+    shown = subprocess.run([*tg, "show", "last"], capture_output=True, env=env)
+    assert shown.returncode == 0 and b"caf\\xe9" in shown.stdout and b"na\\xefve" in shown.stdout
+    assert b"\xe9" not in shown.stdout  # not the raw byte
+    page = tmp_path / "r.html"
+    report = subprocess.run([*tg, "report", "last", "-o", str(page)], capture_output=True, env=env)
+    assert report.returncode == 0 and b"Traceback" not in report.stderr
+    assert "caf\\xe9" in page.read_text(encoding="utf-8")

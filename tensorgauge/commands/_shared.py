@@ -50,11 +50,14 @@ def open_store(location: str | None, create: bool = True) -> Store:
 
 def write_text(text: str, destination: str) -> None:
     """``text`` to stdout (``-``) or a file; an unwritable file is one line."""
+    from tensorgauge.render.text import printable
+
+    text = printable(text)  # a name or argument that was not UTF-8 must not stop the write half-way
     if destination == "-":
         sys.stdout.write(text + "\n")
         return
     try:
-        Path(destination).write_text(text + "\n")
+        Path(destination).write_bytes((text + "\n").encode("utf-8"))
     except OSError as exc:
         raise TensorgaugeError(f"cannot write {destination}: {exc.strerror}") from None
 

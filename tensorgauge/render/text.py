@@ -9,11 +9,19 @@ from rich.markup import escape
 
 # C0 controls but tab and newline, DEL, and C1 controls (0x9b is a CSI on some terminals).
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# Lone surrogates: the bytes of a name or argument that was not UTF-8 (Python's surrogateescape).
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def printable(text: str) -> str:
+    """``text`` that any UTF-8 output takes: a byte that was not UTF-8 shown as ``\\xNN``."""
+    return _SURROGATE.sub(lambda m: f"\\x{ord(m.group()) - 0xDC00:02x}" if ord(m.group()) >= 0xDC80
+                          else f"\\u{ord(m.group()):04x}", text)
 
 
 def plain(value: object) -> str:
-    """``value`` as text with every control character shown as ``\\xNN``."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value))
+    """``value`` as text with every control character, and every byte that was not UTF-8, shown as ``\\xNN``."""
+    return printable(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value)))
 
 
 def safe(value: object) -> str:
