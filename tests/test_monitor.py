@@ -216,3 +216,18 @@ def test_step_times_outside_the_run_are_skipped_not_stored(tmp_path, ends, secon
     assert monitor.warning is None and monitor.recorder.events_skipped == 1
     digests = [e for e in store.events("r") if e.kind == "step_digest"]
     assert [d.data["count"] for d in digests] == [1] and len(digests[0].data["rate"]) == 1
+
+
+def test_a_run_keeps_at_most_max_events_of_the_jobs_own_but_every_step(tmp_path, monkeypatch):
+    from tensorgauge.monitoring import recorder
+
+    monkeypatch.setattr(recorder, "MAX_EVENTS", 3)
+    phases = [{"t": 1000.0 + i / 100, "pid": 1, "kind": "phase_begin", "id": i, "name": f"p{i}", "phase_kind": "fit"}
+              for i in range(5)]
+    steps = [{"t": 1000.05 + i / 100, "pid": 1, "kind": "steps", "phase": 1, "seconds": [0.01],
+              "ends": [1000.05 + i / 100]} for i in range(6)]
+    monitor, clock, store = make(tmp_path, rss=[100] * 5, events=[phases + steps])
+    monitor.run(job_ending_after(clock, 0.15, []))
+    assert monitor.recorder.events_dropped == 2
+    assert [e.data["name"] for e in store.events("r") if e.kind == "phase_begin"] == ["p0", "p1", "p2"]
+    assert sum(e.data["count"] for e in store.events("r") if e.kind == "step_digest") == 6

@@ -85,10 +85,11 @@ class Recorder:
             except (TypeError, ValueError, ArithmeticError, ValidationError):
                 self.events_skipped += 1  # not ours, or damaged: skip rather than stop recording
                 continue
-            if self._events_kept >= MAX_EVENTS and event.kind != Kind.STEPS and not event.kind.startswith("budget"):
-                self.events_dropped += 1  # a job writing events in a loop: the run stays readable
-                continue
-            self._events_kept += 1
+            if event.kind != Kind.STEPS and not event.kind.startswith("budget"):
+                if self._events_kept >= MAX_EVENTS:
+                    self.events_dropped += 1  # a job writing events in a loop: the run stays readable
+                    continue
+                self._events_kept += 1
             if event.kind == Kind.ENV and isinstance(event.data.get("facts"), dict):
                 self.record.env.setdefault("job", {}).update(event.data["facts"])
                 self.store.save_run(self.record)

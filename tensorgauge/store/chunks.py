@@ -18,6 +18,7 @@ Measured on a synthetic day (``benchmarks/long_run.py``): see the README.
 
 from __future__ import annotations
 
+import io
 import json
 import struct
 
@@ -117,14 +118,35 @@ def encode(series: SampleSeries) -> bytes:
     return MAGIC + struct.pack("<I", len(head)) + head + _compressor().compress(b"".join(payload))
 
 
+MAX_COUNT, MAX_CPUS, MAX_GPUS = 100_000, 4096, 64  # what a chunk's header may declare
+
+
 def decode(blob: bytes) -> SampleSeries:
-    """The series :func:`encode` wrote; ValueError when the blob is not one."""
+    """The series :func:`encode` wrote; ValueError when the blob is not one. What the header
+    declares is bounded first, and the payload is decompressed to its declared size at most: a
+    131 KB frame that says 3 GiB is refused, not allocated."""
     if blob[:4] != MAGIC:
         raise ValueError("not a tensorgauge sample chunk")
     (length,) = struct.unpack("<I", blob[4:8])
     header = json.loads(blob[8:8 + length])
-    payload = _decompressor().decompress(blob[8 + length:])
-    n, cpus, gpus = header["count"], header["cpus"], len(header["gpu_index"])
+    n, cpus, gpus = int(header["count"]), int(header["cpus"]), len(header["gpu_index"])
+    if not (0 <= n <= MAX_COUNT and 0 <= cpus <= MAX_CPUS and gpus <= MAX_GPUS):
+        raise ValueError(f"a chunk header out of bounds ({n} samples, {cpus} CPUs, {gpus} GPUs)")
+    expected = 0
+    for name, _, size in header["columns"]:
+        width = cpus if name == "cpu_percent" else gpus if str(name).startswith("gpu.") else 1
+        if not 0 <= int(size) <= n * width * 8 + (n * width + 7) // 8:
+            raise ValueError(f"column {name!r} declares {size} bytes for {n * width} values")
+        expected += int(size)
+    parts, got = [], 0
+    with _decompressor().stream_reader(io.BytesIO(blob[8 + length:])) as reader:
+        while got <= expected and (part := reader.read(expected + 1 - got)):
+            parts.append(part)
+            got += len(part)
+    payload = b"".join(parts)
+    if len(payload) != expected:
+        raise ValueError(f"the payload holds {'more' if len(payload) > expected else 'fewer'} bytes than "
+                         "its header declares")
     out: dict[str, np.ndarray] = {}
     offset = 0
     for name, encoding, size in header["columns"]:
