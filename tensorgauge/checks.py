@@ -145,3 +145,21 @@ def payload_spec(kind: str) -> dict[str, str]:
 def check_event_data(kind: str, data: Any, where: str) -> dict:
     """An event's payload checked against its kind's declaration (unknown kinds: only an object)."""
     return check_object(data, payload_spec(kind), where)
+
+
+CLOCK_SLACK_SECONDS = 60.0  # how far outside a run an event's times may lie (clock reads, a late flush)
+
+
+def check_event_times(kind: str, t: float, data: dict, run_seconds: float, where: str) -> None:
+    """An event's times (on the run's clock) inside the run of ``run_seconds``, give or take
+    :data:`CLOCK_SLACK_SECONDS`: its ``t`` and, for steps, every end and duration. A step's end a
+    year away would make a digest of a year of seconds (gigabytes)."""
+    low, high = -CLOCK_SLACK_SECONDS, run_seconds + CLOCK_SLACK_SECONDS
+    if not low <= t <= high:
+        raise ValidationError(f"{where}.t is {t:.0f} s from the run's start, outside the run")
+    if kind == "steps":
+        numbers = [x for x in data.get("ends") or () if isinstance(x, (int, float))]
+        if any(not low <= x <= high for x in numbers):
+            raise ValidationError(f"{where}.ends lie outside the run")
+        if any(isinstance(x, (int, float)) and not 0 <= x <= high for x in data.get("seconds") or ()):
+            raise ValidationError(f"{where}.seconds are negative or longer than the run")

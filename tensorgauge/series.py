@@ -76,14 +76,19 @@ class SampleSeries:
         return cls(columns, cpu, count, index, gpu, list(names))
 
     @classmethod
-    def concat(cls, parts: list[SampleSeries]) -> SampleSeries:
-        """The parts one after the other (GPUs and CPUs aligned by index; missing ones NaN)."""
+    def concat(cls, parts: list[SampleSeries], consume: bool = False) -> SampleSeries:
+        """The parts one after the other (GPUs and CPUs aligned by index; missing ones NaN). With
+        ``consume``, each part's columns are let go as they are joined (the parts are emptied): the
+        whole is never held twice."""
         parts = [p for p in parts if len(p)]
         if not parts:
             return cls.empty()
         if len(parts) == 1:
             return parts[0]
-        columns = {name: np.concatenate([p.columns[name] for p in parts]) for name in SCALARS}
+        take = (lambda p, name: p.columns.pop(name)) if consume else (lambda p, name: p.columns[name])
+        columns = {}
+        for name in SCALARS:
+            columns[name] = np.concatenate([take(p, name) for p in parts])
         width = max(p.cpu_percent.shape[1] for p in parts)
         cpu = np.concatenate([_widen(p.cpu_percent, width) for p in parts])
         index = sorted({i for p in parts for i in p.gpu_index})

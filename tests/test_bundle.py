@@ -47,6 +47,46 @@ def test_export_import_round_trip(exported, tmp_path, capsys):
     assert "already in store" in capsys.readouterr().err
     assert len(imported.samples(run_id)) == len(original.samples(run_id))
     assert main(["show", "--store", str(other), run_id]) == 0 and "work" in capsys.readouterr().out
+    assert imported.analysis(run_id) is not None  # analysed at import: the first show reads it
+
+
+def test_a_chunk_whose_frame_inflates_past_its_header_is_refused_without_inflating(exported, tmp_path, capsys):
+    """A 3 GiB frame in a 131 KB bundle was inflated whole (3.1 GB RSS): a chunk is decompressed to
+    the size its header declares at most."""
+    import base64
+    import resource
+    import struct
+
+    import zstandard
+
+    _, out = exported
+    doc = json.loads(out.read_text())
+    blob = base64.b64decode(doc["sample_chunks"][0])
+    (length,) = struct.unpack("<I", blob[4:8])
+    writer = zstandard.ZstdCompressor().compressobj()
+    zeros = bytes(1 << 20)
+    frame = b"".join(writer.compress(zeros) for _ in range(512)) + writer.flush()  # 512 MiB of zeros
+    doc["sample_chunks"][0] = base64.b64encode(blob[:8 + length] + frame).decode()
+    path = tmp_path / "inflating.json"
+    path.write_text(json.dumps(doc))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert main(["import", "--store", str(tmp_path / "s.db"), str(path)]) == 2
+    assert "sample_chunks[0] is not a sample chunk" in capsys.readouterr().err
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100 << 10  # KiB: not 512 MiB
+
+
+def test_event_times_outside_the_run_are_refused(exported, tmp_path, capsys):
+    """bundle/1 steps ending at 5e8 s would have made a digest of 5e8 seconds (7.8 GB, then an error)."""
+    store, _ = exported
+    original = Store.open(store)
+    record = original.run("work")
+    steps = {"t": 0.2, "pid": 1, "kind": "steps", "data": {"phase": 1, "seconds": [0.1, 0.1], "ends": [0, 5e8]}}
+    doc = {"schema": "tensorgauge.bundle/1", "run": record.to_dict(),
+           "samples": [s.to_dict() for s in original.samples(record.run_id)], "events": [steps]}
+    path = tmp_path / "far.json"
+    path.write_text(json.dumps(doc))
+    assert main(["import", "--store", str(tmp_path / "s.db"), str(path)]) == 2
+    assert "events[0].ends lie outside the run" in capsys.readouterr().err
 
 
 def test_a_bundle_of_the_first_form_still_imports_its_steps_digested(exported, tmp_path, capsys):

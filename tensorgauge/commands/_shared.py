@@ -96,20 +96,27 @@ def write_json(document: dict[str, Any], destination: str) -> None:
     write_text(json.dumps(document, indent=2, default=str), destination)
 
 
+def analyse_bundle(bundle, where: str):
+    """The bundle's run analysed (from its columns, as a stored run is); a bundle checked field by field
+    that still contradicts itself is one :class:`~tensorgauge.store.bundle.BundleError`."""
+    from tensorgauge.analyse.run_report import RunReport
+    from tensorgauge.store.bundle import BundleError
+
+    try:
+        return RunReport.build(bundle.record, bundle.series, bundle.events)
+    except Exception as exc:
+        raise BundleError(f"{where}: the bundle's run cannot be analysed, its data is inconsistent "
+                          f"({type(exc).__name__}: {str(exc)[:120]})") from None
+
+
 def load_side(store_location: str | None, ref: str) -> Side:
     """A run (id, prefix, name) from the store, or a bundle file, analysed for a comparison."""
     from tensorgauge.analyse.compare import Side
     from tensorgauge.analyse.run_report import RunReport
-    from tensorgauge.store.bundle import BundleError, read
+    from tensorgauge.store.bundle import read
 
     if Path(ref).is_file():
-        bundle = read(ref)
-        try:
-            report = RunReport.build(bundle.record, bundle.samples, bundle.events)
-        except Exception as exc:  # checked field by field, yet contradicting itself
-            raise BundleError(f"{ref}: the bundle's run cannot be analysed, its data is inconsistent "
-                              f"({type(exc).__name__}: {str(exc)[:120]})") from None
-        return Side(Path(ref).name, report)
+        return Side(Path(ref).name, analyse_bundle(read(ref), ref))
     report = RunReport.load(open_store(store_location, create=False), ref)
     return Side(report.record.name or report.record.run_id, report)
 

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from tensorgauge.commands._shared import load_side, open_store
+from tensorgauge.commands._shared import analyse_bundle, open_store
 
 
 def import_bundle(store: str | None, path: str) -> int:
+    from tensorgauge.analyse.run_report import analysis_key
     from tensorgauge.store.bundle import import_bundle as store_bundle
     from tensorgauge.store.bundle import read
 
     bundle = read(path)  # every field checked before the store is touched
-    load_side(store, path)  # ... and the run analysed once: a bundle that imports is one that shows
-    run_id = store_bundle(open_store(store), bundle)
+    report = analyse_bundle(bundle, path)  # ... and the run analysed once, stored with it: the first show reads it
+    analysis = (analysis_key(bundle.record), report.analysis()) if bundle.record.complete else None
+    run_id = store_bundle(open_store(store), bundle, analysis)
     print(f"imported {run_id}")
     return 0

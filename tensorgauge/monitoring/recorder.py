@@ -17,35 +17,26 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from tensorgauge.checks import ValidationError, check_event_data, check_object
+from tensorgauge.checks import ValidationError, check_event_data, check_event_times, check_object
 from tensorgauge.hook.protocol import Kind
 from tensorgauge.model import Event, RunRecord, Sample
 from tensorgauge.steps import FIRST_STEPS, StepDigest
 
 DIGEST_SECONDS = 60.0  # a phase's steps are stored at least this often
 MAX_EVENTS = 50_000  # the job's events a run stores (its steps, digested, and budget events are always kept)
-CLOCK_SLACK_SECONDS = 60.0  # how far outside the run an event's times may lie (clock reads, a late flush)
 
 
 def to_event(raw: dict, t0: float, now: float | None = None) -> Event:
     """The hook's raw event, checked against the protocol, on the run's clock;
     :class:`~tensorgauge.checks.ValidationError` when it does not match, or (with ``now``, the
-    monitor's clock) when its times lie outside the run: a step's end a year away would make a
-    digest of a year of seconds."""
+    monitor's clock) when its times lie outside the run (:func:`~tensorgauge.checks.check_event_times`)."""
     check_object(raw, {"t": "number", "pid": "int?", "kind": "text"}, "event", ("t", "kind"))
     data = check_event_data(raw["kind"], {k: v for k, v in raw.items() if k not in ("t", "pid", "kind")}, "event")
+    if raw["kind"] == Kind.STEPS and isinstance(data.get("ends"), list):
+        data["ends"] = [round(float(x) - t0, 6) for x in data["ends"]]
     t = float(raw["t"]) - t0
-    span = None if now is None else now - t0 + CLOCK_SLACK_SECONDS
-    if span is not None and not -CLOCK_SLACK_SECONDS <= t <= span:
-        raise ValidationError(f"event.t is {t:.0f} s from the run's start, outside the run")
-    if raw["kind"] == Kind.STEPS:
-        ends, seconds = data.get("ends"), data.get("seconds")
-        if isinstance(ends, list):
-            data["ends"] = ends = [round(float(x) - t0, 6) for x in ends]
-        if span is not None and any(not -CLOCK_SLACK_SECONDS <= x <= span for x in ends or ()):
-            raise ValidationError("event.ends lie outside the run")
-        if span is not None and any(not 0 <= x <= span for x in seconds or () if isinstance(x, (int, float))):
-            raise ValidationError("event.seconds are negative or longer than the run")
+    if now is not None:
+        check_event_times(raw["kind"], t, data, now - t0, "event")
     return Event(t=t, pid=int(raw.get("pid") or 0), kind=str(raw["kind"]), data=data)
 
 

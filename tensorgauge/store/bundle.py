@@ -31,7 +31,14 @@ from typing import Any
 import numpy as np
 
 from tensorgauge._version import __version__
-from tensorgauge.checks import ValidationError, check_event_data, check_object, check_record, check_sample
+from tensorgauge.checks import (
+    ValidationError,
+    check_event_data,
+    check_event_times,
+    check_object,
+    check_record,
+    check_sample,
+)
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.model import BUDGET_FIELDS, ENV_PARTS, GPU_LIMIT_FIELDS, Event, RunRecord, Sample
 from tensorgauge.series import REQUIRED, SampleSeries
@@ -41,6 +48,7 @@ from tensorgauge.store import chunks
 SCHEMA = "tensorgauge.bundle/2"
 SCHEMAS = ("tensorgauge.bundle/1", SCHEMA)  # what this version reads
 MAX_BYTES = 2 << 30  # a day's run in the old form (every sample an object) is ~620 MB
+_JOINED_CHUNKS = 60  # chunks joined into one block as they are decoded (an hour of a minute each)
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -54,6 +62,7 @@ class Bundle:
     series: SampleSeries
     events: list[Event]
     blobs: list[bytes] | None = None  # the samples as compressed chunks, when read that way from a store
+    chunk_rows: list[tuple] | None = None  # (first t, last t, count, RSS peak, blob) of a bundle/2's chunks
 
     @property
     def samples(self) -> list[Sample]:
@@ -105,15 +114,19 @@ def from_dict(doc: Any) -> Bundle:
         for name in (samples_key, "events"):
             if not isinstance(doc.get(name), list):
                 raise BundleError(f"'{name}' is not a list")
-        series = _chunks(doc[samples_key]) if schema == SCHEMA else _samples(doc[samples_key])
+        rows: list[tuple] | None = [] if schema == SCHEMA else None
+        series = _chunks(doc[samples_key], rows) if rows is not None else _samples(doc[samples_key])
+        # The run's length: its record's, or its last sample's (the events' times must lie inside it).
+        run_seconds = max(float(run.get("wall_seconds") or 0.0), float(series.t[-1]) if len(series) else 0.0)
         events = []
         for i, e in enumerate(doc["events"]):
             check_record(Event, e, f"events[{i}]")
             check_event_data(e["kind"], e.get("data", {}), f"events[{i}].data")
+            check_event_times(e["kind"], e["t"], e.get("data", {}), run_seconds, f"events[{i}]")
             events.append(Event.from_dict(e))
     except ValidationError as exc:
         raise BundleError(str(exc)) from None
-    return Bundle(RunRecord.from_dict(run), series, digest_steps(events))
+    return Bundle(RunRecord.from_dict(run), series, digest_steps(events), chunk_rows=rows)
 
 
 def _samples(docs: list) -> SampleSeries:
@@ -125,15 +138,20 @@ def _samples(docs: list) -> SampleSeries:
     return SampleSeries.concat(parts)
 
 
-def _chunks(texts: list) -> SampleSeries:
-    """bundle/2's compressed chunks, decoded and checked (every required field present, times in order)."""
-    parts = []
+def _chunks(texts: list, rows: list[tuple]) -> SampleSeries:
+    """bundle/2's compressed chunks, decoded and checked (every required field present, times in
+    order); each chunk, checked, is added to ``rows`` as the store keeps it (it is stored as it came)."""
+    release_freed_memory()
+    parts: list[SampleSeries] = []
+    blocks: list[SampleSeries] = []  # parts joined an hour at a time: a day is never held twice in small arrays
     for i, text in enumerate(texts):
         where = f"sample_chunks[{i}]"
         if not isinstance(text, str):
             raise ValidationError(f"{where} is not text")
+        texts[i] = None  # its text is not kept beside its samples
         try:
-            part = chunks.decode(base64.b64decode(text, validate=True))
+            blob = base64.b64decode(text, validate=True)
+            part = chunks.decode(blob)
         except (ValueError, binascii.Error, KeyError, TypeError) as exc:
             raise ValidationError(f"{where} is not a sample chunk ({str(exc)[:80]})") from None
         except Exception as exc:  # zstd's own error for a damaged frame
@@ -141,11 +159,42 @@ def _chunks(texts: list) -> SampleSeries:
         for name in REQUIRED:
             if np.any(np.isnan(part[name])):
                 raise ValidationError(f"{where} has samples without {name}")
-        parts.append(part)
-    series = SampleSeries.concat(parts)
+        if len(part):
+            rss = part["rss_bytes"]
+            rows.append((float(part.t[0]), float(part.t[-1]), len(part), int(np.nanmax(rss)), blob))
+            parts.append(part)
+        if len(parts) == _JOINED_CHUNKS:
+            blocks.append(SampleSeries.concat(parts))
+            parts = []
+            release_freed_memory()
+    series = SampleSeries.concat(blocks + parts, consume=True)
+    del blocks, parts
+    release_freed_memory()
     if len(series) > 1 and np.any(np.diff(series.t) < 0):
         raise ValidationError("sample_chunks are not in time order")
     return series
+
+
+def release_freed_memory() -> None:
+    """Give the C heap's freed memory back to the system, and from then on keep arrays of 128 KiB
+    and more out of the heap (glibc's ``malloc_trim`` and ``mallopt(M_MMAP_THRESHOLD)``, as dask's
+    workers do). Decoding a day of one-minute chunks frees many arrays that glibc otherwise keeps:
+    120 MB of a 24 h bundle's import. Elsewhere than glibc, nothing."""
+    global _libc
+    if _libc is None:
+        try:
+            import ctypes
+
+            _libc = ctypes.CDLL("libc.so.6")
+            _libc.mallopt(_M_MMAP_THRESHOLD, 128 << 10)  # fixed: glibc would raise it as arrays are freed
+        except (OSError, AttributeError):
+            _libc = False
+    if _libc:
+        _libc.malloc_trim(0)
+
+
+_libc: Any = None  # the C library once looked up; False where there is none
+_M_MMAP_THRESHOLD = -3
 
 
 def _no_constants(name: str):
@@ -165,21 +214,30 @@ def read(path: str | Path) -> Bundle:
             data = f.read(MAX_BYTES + 1)  # a file that grows while read is cut, never read forever
         if len(data) > MAX_BYTES:
             raise BundleError(f"{path} is larger than a bundle may be ({MAX_BYTES >> 20} MiB)")
-        text = data.decode("utf-8")
+        data.decode("utf-8")  # checked here; json reads the bytes
     except OSError as exc:
         raise BundleError(f"cannot read {path}: {exc.strerror}") from None
     except UnicodeDecodeError:
         raise BundleError(f"{path} is not a bundle (not UTF-8 text)") from None
-    return loads(text, str(path))
+    doc = _parse(data, str(path))
+    del data  # a day's bundle: its text is not kept beside its samples
+    return _checked(doc, str(path))
 
 
-def loads(text: str, where: str = "bundle") -> Bundle:
+def loads(text: str | bytes, where: str = "bundle") -> Bundle:
+    return _checked(_parse(text, where), where)
+
+
+def _parse(text: str | bytes, where: str) -> Any:
     try:
-        doc = json.loads(text, parse_constant=_no_constants)
+        return json.loads(text, parse_constant=_no_constants)
     except json.JSONDecodeError as exc:
         raise BundleError(f"{where} is not a bundle, or it is truncated ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:
         raise BundleError(f"{where} is nested too deeply to be a bundle") from None
+
+
+def _checked(doc: Any, where: str) -> Bundle:
     try:
         return from_dict(doc)
     except BundleError as exc:
@@ -192,7 +250,8 @@ def export_run(store, ref: str) -> Bundle:
     return Bundle(record, SampleSeries.empty(), store.events(record.run_id), blobs=store.sample_blobs(record.run_id))
 
 
-def import_bundle(store, bundle: Bundle) -> str:
-    """Store the bundle's run (all or nothing); returns its run id."""
-    store.import_run(bundle.record, bundle.series, bundle.events)
+def import_bundle(store, bundle: Bundle, analysis: tuple[str, dict] | None = None) -> str:
+    """Store the bundle's run (all or nothing), with its ``analysis`` (key, document) when given:
+    its first ``show`` then reads it, as for a recorded run; returns its run id."""
+    store.import_run(bundle.record, bundle.series, bundle.events, analysis=analysis, chunk_rows=bundle.chunk_rows)
     return bundle.record.run_id

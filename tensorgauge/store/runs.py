@@ -135,8 +135,9 @@ class Store:
             db.execute("DELETE FROM samples WHERE run_id = ?", (run_id,))
 
     def import_run(self, record: RunRecord, samples: list[Sample] | SampleSeries, events: list[Event],
-                   analysis: tuple[str, dict] | None = None) -> None:
-        """Insert a whole run in one transaction: all of it or, on any error, nothing."""
+                   analysis: tuple[str, dict] | None = None, chunk_rows: list[tuple] | None = None) -> None:
+        """Insert a whole run in one transaction: all of it or, on any error, nothing. ``chunk_rows``: the
+        samples already as chunks (first t, last t, count, RSS peak, blob), stored as they are."""
         from tensorgauge.series import SampleSeries
 
         if self._query("SELECT 1 FROM runs WHERE run_id = ?", (record.run_id,)):
@@ -146,7 +147,9 @@ class Store:
             db.execute("INSERT INTO runs (run_id, started_at, record) VALUES (?, ?, ?)",
                        (record.run_id, record.started_at, json.dumps(record.to_dict())))
             if self.backend.chunked:
-                db.executemany(_INSERT_CHUNK, _chunk_rows(record.run_id, series))
+                rows = [(record.run_id, *row) for row in chunk_rows] if chunk_rows is not None else \
+                    _chunk_rows(record.run_id, series)
+                db.executemany(_INSERT_CHUNK, rows)
             else:
                 db.executemany(_INSERT_SAMPLE, [(record.run_id, *_row(SAMPLE_COLUMNS, s))
                                                 for s in series.to_samples()])
