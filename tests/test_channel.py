@@ -56,3 +56,48 @@ def test_a_burst_is_read_over_several_calls_and_the_last_read_takes_the_rest(tmp
     assert 0 < len(first) < 30_000  # one tick reads a bounded part
     rest = reader.read_new(everything=True)
     assert len(first) + len(rest) == 100_000 and reader.read_new() == []
+
+
+def test_events_that_meet_a_full_filesystem_are_counted_and_told_once_space_is_back(tmp_path):
+    """/dev/full answers every write with ENOSPC, as a full /dev/shm does: the channel keeps trying
+    (it used to give up for good), and the next event that gets through carries the count."""
+    if not os.path.exists("/dev/full"):
+        import pytest
+
+        pytest.skip("no /dev/full on this system")
+    channel = Channel("/dev/full")
+    for i in range(3):
+        channel.emit("phase_begin", id=i, name="lost")
+    assert channel.lost == 3 and channel.active
+    path = tmp_path / "events.jsonl"
+    path.write_text("")
+    channel.path, channel._fd = str(path), None  # space is back (the same file, freed)
+    channel.emit("phase_begin", id=9, name="through")
+    (event,) = EventReader(str(path)).read_new()
+    assert event["name"] == "through" and event["lost_before"] == 3 and channel.lost == 0
+
+
+def test_the_recorder_counts_events_the_job_could_not_write_and_a_full_filesystem_is_said(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from tensorgauge.model import RunRecord
+    from tensorgauge.monitoring.recorder import Recorder
+    from tensorgauge.monitoring.run_files import SpaceWatch
+    from tensorgauge.store import Store
+    from tensorgauge.testing import FakeClock
+
+    store = Store.open(tmp_path / "runs.db")
+    record = RunRecord(run_id="r", command=["job"], started_at="2026-11-26T08:00:00+00:00")
+    store.save_run(record)
+    clock = FakeClock(100.0)
+    recorder = Recorder(store, record, 100.0, clock)
+    recorder.add([], [{"t": 100.1, "pid": 1, "kind": "phase_begin", "id": 2, "name": "p", "phase_kind": "fit",
+                       "lost_before": 1998}], force=True)
+    assert recorder.events_dropped == 1998
+    assert "lost_before" not in store.events("r")[0].data
+    said: list = []
+    monkeypatch.setattr(os, "statvfs", lambda path: SimpleNamespace(f_bavail=0, f_frsize=4096))
+    watch = SpaceWatch(str(tmp_path), said.append)
+    watch.observe(None, [])
+    watch.observe(None, [])
+    assert len(said) == 1 and "is full" in said[0]

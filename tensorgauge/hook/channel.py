@@ -11,6 +11,7 @@ seconds and RSS at that instant, which make phase boundaries exact.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import time
@@ -42,6 +43,7 @@ class Channel:
         self._fd: int | None = None
         self._pid = os.getpid()
         self.broken = False
+        self.lost = 0  # events that could not be written since the last one that was
 
     @property
     def active(self) -> bool:
@@ -68,13 +70,21 @@ class Channel:
         event = {"t": time.monotonic(), "pid": os.getpid(), "kind": kind,
                  "cpu": process_cpu_seconds(), "rss": process_rss_bytes()}
         event.update(data)
+        if self.lost:  # told with the next event that gets through
+            event["lost_before"] = self.lost
         try:
             line = (json.dumps(event, default=str, separators=(",", ":")) + "\n").encode()
             fd = self._open()
             if fd is not None:
                 os.write(fd, line)
-        except Exception:  # a full disk or a closed descriptor must not reach the job
-            self.broken = True
+                self.lost = 0
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EAGAIN, errno.EINTR):
+                self.lost += 1  # a full /dev/shm: counted, and tried again with the next event
+            else:  # a closed descriptor, the run's folder gone: nothing more can get through
+                self.broken = True
+        except Exception:  # an event that cannot be written must not reach the job
+            self.lost += 1
 
 
 _channel: Channel | None = None

@@ -31,7 +31,8 @@ def to_event(raw: dict, t0: float, now: float | None = None) -> Event:
     :class:`~tensorgauge.checks.ValidationError` when it does not match, or (with ``now``, the
     monitor's clock) when its times lie outside the run (:func:`~tensorgauge.checks.check_event_times`)."""
     check_object(raw, {"t": "number", "pid": "int?", "kind": "text"}, "event", ("t", "kind"))
-    data = check_event_data(raw["kind"], {k: v for k, v in raw.items() if k not in ("t", "pid", "kind")}, "event")
+    data = check_event_data(raw["kind"], {k: v for k, v in raw.items() if k not in ("t", "pid", "kind", "lost_before")},
+                            "event")
     if raw["kind"] == Kind.STEPS and isinstance(data.get("ends"), list):
         data["ends"] = [round(float(x) - t0, 6) for x in data["ends"]]
     t = float(raw["t"]) - t0
@@ -71,6 +72,9 @@ class Recorder:
         added: list[Event] = []
         now = self.clock.now()
         for raw in raw_events:
+            lost = raw.get("lost_before") if isinstance(raw, dict) else None
+            if isinstance(lost, int) and not isinstance(lost, bool) and 0 < lost < 1 << 40:
+                self.events_dropped += lost  # the job could not write them (its events' disk was full)
             try:
                 event = to_event(raw, self.t0, now)
             except (TypeError, ValueError, ArithmeticError, ValidationError):

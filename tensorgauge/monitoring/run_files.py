@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -63,3 +64,30 @@ class RunFiles:
 
     def remove(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+class SpaceWatch:
+    """An observer of the run (see :class:`~tensorgauge.monitoring.monitor.Observer`) that says, once,
+    when the filesystem of the run's files is full: the job's events are lost until space is freed
+    (the hook counts them and tells the count with its next event that gets through)."""
+
+    def __init__(self, directory: str, report, clock=time.monotonic, every_seconds: float = 1.0,
+                 min_free_bytes: int = 64 << 10):
+        self.directory, self.report, self.clock = directory, report, clock
+        self.every_seconds, self.min_free_bytes = every_seconds, min_free_bytes
+        self._next = 0.0
+        self.told = False
+
+    def observe(self, sample, events) -> None:
+        now = self.clock()
+        if self.told or now < self._next:
+            return
+        self._next = now + self.every_seconds
+        try:
+            stats = os.statvfs(self.directory)
+        except OSError:
+            return
+        if stats.f_bavail * stats.f_frsize < self.min_free_bytes:
+            self.told = True
+            self.report(f"the filesystem of the job's events ({os.path.dirname(self.directory)}) is full: "
+                        "its phases and steps are lost until space is freed (counted in the run)")

@@ -35,7 +35,7 @@ from tensorgauge.monitoring.guard import Guard
 from tensorgauge.monitoring.limits import Budget, check_interval
 from tensorgauge.monitoring.monitor import Monitor, Observer, Sources
 from tensorgauge.monitoring.recorder import Recorder
-from tensorgauge.monitoring.run_files import RunFiles
+from tensorgauge.monitoring.run_files import RunFiles, SpaceWatch
 from tensorgauge.monitoring.sampler import Sampler
 from tensorgauge.monitoring.writer import StoreWriter
 from tensorgauge.sources import cgroup
@@ -198,9 +198,10 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
         if on_start:
             on_start(record)
         recorder = Recorder(writer, record, t0, clock)
+        space = [SpaceWatch(files.directory, report)] if report else []
         monitor = Monitor(Sampler(tree, sources.system, gpus, clock, t0), recorder,
                           hook_channel.EventReader(files.events_path), interval_seconds=interval_seconds,
-                          watch=watch, kill=lambda: _kill_tree(child.pid, group), observers=observers,
+                          watch=watch, kill=lambda: _kill_tree(child.pid, group), observers=[*observers, *space],
                           report=report)
         monitor.run(ended.wait)
         end = monitor.ended_at or clock.now()  # the job's end, not the last events' reading after it

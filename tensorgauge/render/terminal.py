@@ -143,8 +143,8 @@ def render_run(console: Console, report: RunReport) -> None:
     if r.events_skipped:
         console.print(f"  [yellow]{r.events_skipped} lines from the job were not valid events and were skipped[/yellow]")
     if r.events_dropped:
-        console.print(f"  [yellow]{r.events_dropped} events from the job were not kept: it wrote more than a run "
-                      "keeps (50,000) or faster than they could be read[/yellow]")
+        console.print(f"  [yellow]{r.events_dropped} events from the job were not recorded: more than a run keeps "
+                      "(50,000), written faster than they could be read, or lost on a full filesystem[/yellow]")
     if r.samples_lost or r.recording_error:
         taken = f"{s.samples} of {r.samples_taken} samples stored" if r.samples_taken else f"{s.samples} samples stored"
         console.print(f"  [yellow]recording: {taken}"
