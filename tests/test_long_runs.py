@@ -176,6 +176,23 @@ def test_a_damaged_chunk_is_one_clear_line_and_other_runs_still_read(tmp_path, c
     err = capsys.readouterr().err
     assert "damaged sample chunk" in err and err.count("\n") == 1 and "Traceback" not in err
     assert main(["show", "--store", str(store_path), "good"]) == 0
+    capsys.readouterr()
+    out = tmp_path / "bad.json"
+    for damaged in (b"TGC1\x05\x00\x00\x00{}xyz", "a TEXT value"):  # both refused: no bundle import would take
+        store.conn.execute("UPDATE sample_chunks SET data = ? WHERE run_id = 'bad'", (damaged,))
+        store.conn.commit()
+        assert main(["export", "--store", str(store_path), "bad", "-o", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert "damaged sample chunk" in err and "Traceback" not in err and not out.exists()
+
+
+def test_export_to_a_dash_writes_the_bundle_to_stdout(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where a file named '-' was written
+    store_path = tmp_path / "runs.db"
+    Store.open(store_path).import_run(RunRecord(run_id="r", command=["x"], started_at="2026", complete=True),
+                                      samples(30, gpus=0), [])
+    assert main(["export", "--store", str(store_path), "r", "-o", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["run"]["run_id"] == "r" and not (tmp_path / "-").exists()
 
 
 def test_a_store_of_the_previous_version_gains_chunks_and_its_runs_still_read(tmp_path):

@@ -12,5 +12,6 @@ def export(store: str | None, ref: str, output: str) -> int:
     check_output(output, store)
     bundle = export_run(open_store(store, create=False), ref)
     bundle.write(output)
-    print(f"exported {bundle.record.run_id} to {plain(output)}")
+    if output != "-":  # stdout holds the bundle
+        print(f"exported {bundle.record.run_id} to {plain(output)}")
     return 0

@@ -24,6 +24,7 @@ import datetime
 import json
 import re
 import stat
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,8 +77,13 @@ class Bundle:
                 "events": [e.to_dict() for e in self.events]}
 
     def write(self, path: str | Path) -> None:
+        """To ``path``, or to stdout for ``-``."""
+        text = json.dumps(self.to_dict()) + "\n"
+        if str(path) == "-":
+            sys.stdout.write(text)
+            return
         try:
-            Path(path).write_text(json.dumps(self.to_dict()) + "\n")
+            Path(path).write_text(text)
         except OSError as exc:
             raise TensorgaugeError(f"cannot write {path}: {exc.strerror}") from None
 
@@ -245,9 +251,17 @@ def _checked(doc: Any, where: str) -> Bundle:
 
 
 def export_run(store, ref: str) -> Bundle:
-    """The run as a bundle: its chunks as stored (never decoded), its events as they are."""
+    """The run as a bundle: its chunks as stored, each checked to decode (a damaged one would make a
+    bundle no import takes), its events as they are."""
     record = store.run(ref)
-    return Bundle(record, SampleSeries.empty(), store.events(record.run_id), blobs=store.sample_blobs(record.run_id))
+    blobs = store.sample_blobs(record.run_id)
+    for i, blob in enumerate(blobs):
+        try:
+            chunks.decode(blob)
+        except Exception as exc:  # zstd's own error for a damaged frame too
+            raise BundleError(f"run {record.run_id} has a damaged sample chunk ({i + 1} of {len(blobs)}: "
+                              f"{type(exc).__name__}); it cannot be exported whole") from None
+    return Bundle(record, SampleSeries.empty(), store.events(record.run_id), blobs=blobs)
 
 
 def import_bundle(store, bundle: Bundle, analysis: tuple[str, dict] | None = None) -> str:

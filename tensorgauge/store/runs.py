@@ -270,8 +270,9 @@ class Store:
         from tensorgauge.series import SampleSeries
         from tensorgauge.store import chunks
 
-        blobs = [bytes(b) for (b,) in self._query("SELECT data FROM sample_chunks WHERE run_id = ? ORDER BY first_t",
-                                                  (run_id,))] if self.backend.chunked else []
+        blobs = [bytes(b) if isinstance(b, (bytes, bytearray, memoryview)) else b""  # TEXT: damaged
+                 for (b,) in self._query("SELECT data FROM sample_chunks WHERE run_id = ? ORDER BY first_t",
+                                         (run_id,))] if self.backend.chunked else []
         rows = self._query(f"SELECT {_SAMPLE_NAMES} FROM samples WHERE run_id = ? ORDER BY t", (run_id,))
         return blobs + [row[-1] for row in chunks.split(SampleSeries.from_samples(_samples(rows, self.location)))]
 
