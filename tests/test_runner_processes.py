@@ -51,7 +51,9 @@ def test_killed_monitor_keeps_samples_marks_incomplete_and_takes_the_tree_down(s
     """SIGKILL of the monitor: the job's whole tree (a shell and its child) is gone within a second,
     unless --keep-job-on-failure; what was committed stays, the run is marked incomplete."""
     ready, done, pids = tmp_path / "ready", tmp_path / "done", tmp_path / "pids"
+    folder = tmp_path / "folder"
     inner = ("import os, time, pathlib\n"
+             f"pathlib.Path({str(folder)!r}).write_text(os.path.dirname(os.environ['TENSORGAUGE_EVENTS']))\n"
              f"pathlib.Path({str(pids)!r}).write_text(str(os.getpid()))\n"
              f"pathlib.Path({str(ready)!r}).write_text('')\n"
              "time.sleep(1.5)\n"
@@ -82,6 +84,7 @@ def test_killed_monitor_keeps_samples_marks_incomplete_and_takes_the_tree_down(s
         assert not alive(grandchild), "the job outlived its monitor"
         time.sleep(1.5)
         assert not done.exists()
+        assert not os.path.exists(folder.read_text())  # the run's private files (in /dev/shm) are not left
     record = store.run("last")
     assert not record.complete and record.exit_code is None
     assert len(store.samples(record.run_id)) >= committed >= 3  # nothing committed was lost

@@ -7,7 +7,7 @@ the monitor writes its process group (``PGID\\n``); a monitor that ends normally
 writes ``x`` and the guardian leaves; a monitor that dies (SIGKILL, a crash)
 closes the pipe without it, and the guardian stops the job's whole tree: its
 process group and every process in its cgroup, SIGTERM then, half a second
-later, SIGKILL. There is no moment when the job runs unguarded.
+later, SIGKILL; then it removes the run's private folder. There is no moment when the job runs unguarded.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ GRACE_SECONDS = 0.5
 _GUARDIAN = r"""
 import os, signal, sys, time
 signal.pthread_sigmask(signal.SIG_SETMASK, [])  # the monitor's blocked signals are not ours
-fd, procs_files, grace = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+fd, procs_files, grace, leftover = int(sys.argv[1]), sys.argv[2], float(sys.argv[3]), sys.argv[4]
 said = b""
 while True:
     try:
@@ -76,6 +76,9 @@ while time.monotonic() < deadline:
         sys.exit(0)
     time.sleep(0.02)
 send(signal.SIGKILL)
+if os.path.basename(leftover).startswith("tensorgauge-"):  # the run's private files (in RAM): not left behind
+    import shutil
+    shutil.rmtree(leftover, ignore_errors=True)
 """
 
 
@@ -88,13 +91,14 @@ class Guard:
         self.process = process
 
     @classmethod
-    def start(cls, procs_files: list[str]) -> Guard:
+    def start(cls, procs_files: list[str], leftover: str = "") -> Guard:
+        """``leftover``: the run's private folder, removed once the job is stopped."""
         read_fd, write_fd = os.pipe()
         os.set_inheritable(read_fd, True)
         try:
             process = subprocess.Popen(
                 [sys.executable, "-I", "-c", _GUARDIAN, str(read_fd), os.pathsep.join(procs_files),
-                 str(GRACE_SECONDS)],
+                 str(GRACE_SECONDS), leftover],
                 pass_fds=(read_fd,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL, start_new_session=True)
         except BaseException:

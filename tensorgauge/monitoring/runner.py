@@ -154,7 +154,7 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     if watch:
         watch.limit_cgroup(group)
     procs = [str(d / "cgroup.procs") for d in group.dirs()] if group else []
-    guard = None if keep_job_on_failure else Guard.start(procs)
+    guard = None if keep_job_on_failure else Guard.start(procs, files.directory)
     t0 = clock.now()
     started_at = dt.datetime.now().astimezone().isoformat(timespec="milliseconds")
     try:
@@ -268,6 +268,10 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     warning = monitor.warning
     if writer.removed:
         warning = "the run was removed (tensorgauge rm) while it was recorded: nothing more was stored"
+        try:  # what was written between the removal and the writer seeing it
+            store.delete_run(run_id)
+        except TensorgaugeError:
+            pass
         if report:
             report(warning)
     elif not stored_all and warning is None:
