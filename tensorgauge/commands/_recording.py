@@ -36,6 +36,17 @@ class RecordOptions:
     extra_env: dict[str, str] | None = None  # set for the job (e.g. KERAS_BACKEND by --backends)
 
 
+def _check_checkpoint_dir(folder: str) -> None:
+    """The folder a budget stop writes its checkpoint to can be made and written."""
+    path = Path(folder).expanduser()
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise TensorgaugeError(f"--checkpoint: cannot make {safe(folder)}: {exc.strerror}") from None
+    if not path.is_dir() or not os.access(path, os.W_OK | os.X_OK):
+        raise TensorgaugeError(f"--checkpoint: cannot write into {safe(folder)}")
+
+
 def default_checkpoint_dir(data_dir: Path, command: list[str]) -> Path:
     """One folder per command line and working folder: running it again resumes."""
     try:
@@ -94,6 +105,7 @@ def record(command: list[str], options: RecordOptions) -> tuple[int, str]:
     checkpoint_dir = None
     if budget is not None and budget.max_memory_bytes is not None:
         checkpoint_dir = options.checkpoint or str(default_checkpoint_dir(store.data_dir, command))
+        _check_checkpoint_dir(checkpoint_dir)  # now, not when the budget fires an hour in
     err = console(stderr=True)
     if options.diagnose == "always" and os.environ.get("TF_CONFIG") and not options.quiet:
         err.print("[yellow]tensorgauge: note: --diagnose profiles 10 training steps; under "
