@@ -98,6 +98,8 @@ def record(command: list[str], options: RecordOptions) -> tuple[int, str]:
 
         exporter = PrometheusExporter(options.prometheus)
         observers.append(exporter)
+    if options.checkpoint and budget is not None and budget.max_memory_bytes is not None:
+        _check_checkpoint_dir(options.checkpoint)  # now (before anything is made), not when the budget fires
     store = open_store(options.store)
     if store.read_only:  # before the job starts: every sample would be lost
         raise TensorgaugeError(f"cannot record into {safe(store.location)}: it is read-only (a read-only file, "
@@ -105,7 +107,7 @@ def record(command: list[str], options: RecordOptions) -> tuple[int, str]:
     checkpoint_dir = None
     if budget is not None and budget.max_memory_bytes is not None:
         checkpoint_dir = options.checkpoint or str(default_checkpoint_dir(store.data_dir, command))
-        _check_checkpoint_dir(checkpoint_dir)  # now, not when the budget fires an hour in
+        _check_checkpoint_dir(checkpoint_dir)
     err = console(stderr=True)
     if options.diagnose == "always" and os.environ.get("TF_CONFIG") and not options.quiet:
         err.print("[yellow]tensorgauge: note: --diagnose profiles 10 training steps; under "
