@@ -132,10 +132,13 @@ def render_everything(report):
     comparison_page(side, side, comparison, js="")
 
 
+INSIDE = st.floats(0, 50, allow_nan=False)  # event times lie inside the run (a bundle's are checked for it)
+STEP_TIMES = {"ends": st.lists(INSIDE, max_size=4), "seconds": st.lists(INSIDE, max_size=4)}
 EVENTS = st.sampled_from(sorted(PAYLOADS)).flatmap(
-    lambda k: st.fixed_dictionaries({"t": NUMBER, "pid": st.integers(0, 3), "kind": st.just(k),
-                                     "data": st.fixed_dictionaries({}, optional={n: value_of(v) for n, v in
-                                                                                 payload_spec(k).items()})}))
+    lambda k: st.fixed_dictionaries({"t": INSIDE, "pid": st.integers(0, 3), "kind": st.just(k),
+                                     "data": st.fixed_dictionaries({}, optional={
+                                         n: STEP_TIMES[n] if k == "steps" and n in STEP_TIMES else value_of(v)
+                                         for n, v in payload_spec(k).items()})}))
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,

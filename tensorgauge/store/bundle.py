@@ -123,7 +123,7 @@ def from_dict(doc: Any) -> Bundle:
         rows: list[tuple] | None = [] if schema == SCHEMA else None
         series = _chunks(doc[samples_key], rows) if rows is not None else _samples(doc[samples_key])
         # The run's length: its record's, or its last sample's (the events' times must lie inside it).
-        run_seconds = max(float(run.get("wall_seconds") or 0.0), float(series.t[-1]) if len(series) else 0.0)
+        run_seconds = max(0.0, float(run.get("wall_seconds") or 0.0), float(series.t[-1]) if len(series) else 0.0)
         events = []
         for i, e in enumerate(doc["events"]):
             check_record(Event, e, f"events[{i}]")
