@@ -254,3 +254,21 @@ def test_events_written_after_the_job_truncates_its_events_file_are_read(store_p
     store = Store.open(store_path)
     names = [e.data["name"] for e in store.events(store.run("last").run_id) if e.kind == "phase_begin"]
     assert names == ["p1", "p2"]
+
+
+def test_a_long_imported_id_and_name_leave_each_runs_outcome_whole():
+    import io
+
+    from rich.console import Console
+
+    from tensorgauge.model import RunRecord
+    from tensorgauge.render.terminal import render_runs
+
+    records = [RunRecord(run_id="r" * 64, name="n" * 200, command=["python", "x" * 300],
+                         started_at="2026-11-26T08:00:00+00:00", complete=True, signal=9, wall_seconds=1.0),
+               RunRecord(run_id="short", command=["true"], started_at="2026-11-26T08:00:00+00:00", complete=True,
+                         exit_code=0, oom_killed=True, wall_seconds=1.0)]
+    console = Console(file=io.StringIO(), width=160)  # a 64-character id took the width of every other column
+    render_runs(console, records, {})
+    text = console.file.getvalue()
+    assert "r" * 20 in text and "1.00 s" in text and "signal 9" in text and "exit 0 (OOM killer)" in text

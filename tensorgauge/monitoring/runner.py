@@ -242,7 +242,9 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     record.complete = True
     record.events_skipped = recorder.events_skipped or None
     record.events_dropped = recorder.events_dropped or None
-    oom_kills = oom_before is not None and oom_after is not None and oom_after > oom_before
+    # The kernel's OOM killer, not the watchdog: a kill the budget watch made is its own (said in the budget).
+    oom_kills = (oom_before is not None and oom_after is not None and oom_after > oom_before
+                 and (watch is None or watch.killed_at is None))
     if os.WIFSIGNALED(status):
         record.signal = os.WTERMSIG(status)
         exit_code = 128 + record.signal

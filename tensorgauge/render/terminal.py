@@ -30,7 +30,11 @@ def outcome(record: RunRecord) -> str:
     if record.signal is not None:
         text = f"signal {record.signal}"
         return text + " (OOM killer)" if record.oom_killed else text
-    return f"exit {record.exit_code}"
+    # A wrapper's child killed by the kernel while the wrapper went on to exit (the job's own cgroup counted it).
+    return f"exit {record.exit_code}" + (" (OOM killer)" if record.oom_killed else "")
+
+
+ID_WIDTH = 28  # the widest id column in `runs` (ours are 20 characters)
 
 
 def render_runs(console: Console, records: list[RunRecord], peaks: dict[str, tuple[int | None, int]]) -> None:
@@ -38,13 +42,15 @@ def render_runs(console: Console, records: list[RunRecord], peaks: dict[str, tup
         console.print("No runs recorded yet. Record one with: tensorgauge run -- python train.py")
         return
     table = Table(box=None, header_style="bold")
-    # Ids are shown whole (a run is named by them); a long name or command is cut instead.
-    id_width = max(len(r.run_id) for r in records)
+    # Ids are shown whole (a run is named by them) up to ID_WIDTH (an imported one may be 64 characters:
+    # its start is enough to name it); a long name or command is cut instead.
+    id_width = min(ID_WIDTH, max(len(r.run_id) for r in records))
+    exit_width = max(len(outcome(r)) for r in records)  # never cut to "exit" by a long id or name
     for column in ("id", "name", "command", "started", "wall", "exit", "peak RSS", "cores"):
         table.add_column(column, justify="right" if column in ("wall", "peak RSS", "cores") else "left",
-                         no_wrap=True, overflow="ellipsis" if column in ("name", "command") else "fold",
-                         min_width=id_width if column == "id" else None,
-                         max_width=24 if column == "name" else None)
+                         no_wrap=True, overflow="ellipsis" if column in ("id", "name", "command") else "fold",
+                         min_width=id_width if column == "id" else exit_width if column == "exit" else None,
+                         max_width=24 if column == "name" else ID_WIDTH if column == "id" else None)
     for r in records:
         peak, _ = peaks.get(r.run_id, (None, 0))
         peak = peak or None
