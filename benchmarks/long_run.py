@@ -6,8 +6,9 @@ Builds a synthetic run of HOURS at 10 samples a second (2 CPUs; N GPUs per sampl
 100 training steps a second, 60 epochs an hour: the monitor's Recorder takes the samples and the
 hook's raw events (phase begin/end, a `steps` event every half second) on a fake clock and writes
 them into a fresh SQLite store, as `tensorgauge run` does; the run's end chunks the last samples and
-stores its analysis. Then times `tensorgauge show`, `report` and `export` of it, each in a process
-of its own (wall seconds and peak RSS), the store's and outputs' sizes, and `show --from 3h10m
+stores its analysis. Then times `tensorgauge show`, `report` and `export` of it, `import` of that
+bundle into a fresh store and the first `show` there, each in a process of its own (wall seconds
+and peak RSS), the store's and outputs' sizes, and `show --from 3h10m
 --to 3h12m` (every sample of 2 minutes). With --bundle-v1, also writes the run as a
 `tensorgauge.bundle/1` file (every sample an object, every step's time in `steps` events, as 0.1.0
 exported it) and times its import. Last, checks the stored phase figures against ones computed
@@ -178,6 +179,13 @@ def main() -> None:
     bundle = folder / "bundle.json"
     wall, peak, _ = timed(tg("export", "--store", str(path), run_id, "-o", str(bundle)))
     print(f"export: {wall:.2f} s, {bundle.stat().st_size / 1e6:.1f} MB, {peak / 2**20:.0f} MiB RSS")
+    other = folder / "imported.db"
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(other) + suffix).unlink(missing_ok=True)
+    wall, peak, _ = timed(tg("import", "--store", str(other), str(bundle)))
+    print(f"import of that bundle: {wall:.2f} s, {peak / 2**20:.0f} MiB RSS")
+    wall, peak, _ = timed(tg("show", "--store", str(other), run_id))
+    print(f"first show after the import: {wall:.2f} s, {peak / 2**20:.0f} MiB RSS")
     if options.hours * 3600 >= 3 * 3600 + 12 * 60:
         wall, peak, out = timed(tg("show", "--store", str(path), run_id, "--from", "3h10m", "--to", "3h12m",
                                    "--json"))

@@ -10,6 +10,7 @@ import time
 import pytest
 from conftest import alive
 
+from tensorgauge.analyse.run_report import RunReport
 from tensorgauge.cli import main
 from tensorgauge.store import Store
 
@@ -51,3 +52,27 @@ def test_a_monitor_killed_as_the_job_starts_takes_the_jobs_first_fork_with_it(tg
     while alive(child) and time.monotonic() - killed_at < 1.5:
         time.sleep(0.02)
     assert not alive(child), "the job's first child outlived its monitor"
+
+
+def test_every_child_a_job_forks_at_once_is_counted_in_its_tree(store_path):
+    """200 children forked the moment the job starts (24 were left outside its cgroup before)."""
+    main(["run", "-q", "--", "sh", "-c", "for i in $(seq 200); do sleep 2 & done; wait"])
+    record = Store.open(store_path).run("last")
+    assert record.exit_code == 0
+    assert RunReport.load(Store.open(store_path), "last").summary.processes_peak >= 200
+
+
+def test_an_event_with_step_times_outside_the_run_leaves_the_budget_working(store_path, monkeypatch):
+    """One line with `"ends": [1e299, -1e299]` stopped the recording and the watchdog with it."""
+    monkeypatch.setenv("TENSORGAUGE_NO_CGROUP", "1")  # the watchdog alone
+    job = ("import json, os, time\n"
+           "fd = os.open(os.environ['TENSORGAUGE_EVENTS'], os.O_WRONLY | os.O_APPEND)\n"
+           "line = {'t': time.monotonic(), 'kind': 'steps', 'phase': 1, 'seconds': [0.1, 0.1]}\n"
+           "for ends in ([1e299, -1e299], [time.monotonic(), time.monotonic() + 3e7]):\n"
+           "    os.write(fd, (json.dumps({**line, 'ends': ends}) + '\\n').encode())\n"
+           "time.sleep(0.5)\n"
+           "held = [bytearray(50 << 20) for _ in range(12)]\n"
+           "time.sleep(5)\n")
+    assert main(["run", "-q", "--max-memory", "300MiB", "--", PY, "-c", job]) == 128 + 9
+    record = Store.open(store_path).run("last")
+    assert record.budget["stopped"] and record.events_skipped == 2 and record.recording_error is None
