@@ -76,11 +76,17 @@ def input_split(events: list[Event], phases: list[Phase]) -> dict | None:
 T_CRITICAL = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36}
 
 
+AGREEING_ROUNDS = 4  # rounds whose agreement alone (each at least the threshold) establishes the cost
+
+
 def ab_verdict(ab: dict) -> dict:
     """What the A/B's rounds say: the real and compute-only step (medians over every round), input's
     share of the step, the lowest and highest share of any round, and whether the cost is established:
     at least :data:`INPUT_MODERATE` of the step, and the rounds bear that out: every one of them at
-    least that, or their mean share above it by Student's t at 97.5% (one round lost to an epoch's
+    least that (of :data:`AGREEING_ROUNDS` or more; of fewer, each at least twice that: three rounds
+    of 5-8% came from an eager fit whose independent A/B found no input cost, on a loaded machine),
+    or their mean share above it by
+    Student's t at 97.5% (one round lost to an epoch's
     end does not hide a cost the others all show; a pooled figure the rounds do not bear out is
     "within noise", never a finding that flips from run to run)."""
     real, compute = ab.get("real_step_seconds") or [], ab.get("compute_step_seconds") or []
@@ -89,8 +95,9 @@ def ab_verdict(ab: dict) -> dict:
     limit = statistics.median(t for _, c in pairs for t in c) if pairs else 0.0
     shares = [1 - statistics.median(c) / statistics.median(r) for r, c in pairs]
     share = max(0.0, 1 - limit / step) if step > 0 else 0.0
-    established = bool(shares) and share >= INPUT_MODERATE and (min(shares) >= INPUT_MODERATE
-                                                                 or _clear_of(shares, INPUT_MODERATE))
+    # Fewer rounds must each show twice the threshold to be taken on their agreement alone.
+    agree = min(shares, default=0.0) >= INPUT_MODERATE * (1 if len(shares) >= AGREEING_ROUNDS else 2)
+    established = bool(shares) and share >= INPUT_MODERATE and (agree or _clear_of(shares, INPUT_MODERATE))
     if established:
         verdict = "input costs the steps"
     elif share >= INPUT_MODERATE:
