@@ -139,13 +139,18 @@ def test_the_verdict_is_established_only_when_every_round_agrees():
     weather = ab_verdict(ab_event([0.0350, 0.050, 0.055, 0.051, 0.062], [0.0355, 0.035, 0.034, 0.036, 0.035]))
     assert weather["input_share_low"] < 0 and weather["established"]
     # Three rounds of 5.5-7% (an eager fit on a loaded machine; bare, its A/B found nothing): too few
-    # to take their agreement at 5%, nor clear of 5% by the t-test. Four such rounds are; three of
-    # 19-47% (a slow map, one process's own A/B) are.
+    # to take their agreement for a share under 10%, nor clear of 5% by the t-test. Four such rounds
+    # are; so are three of 6-47% (a slow map: one round caught the pipeline ahead).
     three = ab_verdict(ab_event([0.0212, 0.0214, 0.0215], [0.02, 0.02, 0.02]))
     assert three["input_share_low"] >= 0.05 and not three["established"]
     four = ab_verdict(ab_event([0.0212, 0.0214, 0.0215, 0.0213], [0.02, 0.02, 0.02, 0.02]))
     assert four["established"]
-    assert ab_verdict(ab_event([0.0247, 0.030, 0.0377], [0.02, 0.02, 0.02]))["established"]
+    assert ab_verdict(ab_event([0.0213, 0.030, 0.0377], [0.02, 0.02, 0.02]))["established"]
+    # A 30% cost with one round of five caught out far below (the t-test alone would not take it).
+    outlier = ab_verdict(ab_event([0.0290, 0.0295, 0.0140, 0.0285, 0.0300], [0.02] * 5))
+    assert outlier["input_share_low"] < 0 and outlier["established"]
+    # ... but not a 6% one.
+    assert not ab_verdict(ab_event([0.0213, 0.0214, 0.0150, 0.0213, 0.0214], [0.02] * 5))["established"]
 
 
 def fit(cores=1.0, wall=10.0, p50=0.02):

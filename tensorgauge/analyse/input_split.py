@@ -76,15 +76,15 @@ def input_split(events: list[Event], phases: list[Phase]) -> dict | None:
 T_CRITICAL = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36}
 
 
-AGREEING_ROUNDS = 4  # rounds whose agreement alone (each at least the threshold) establishes the cost
+AGREEING_ROUNDS = 4  # rounds whose agreement alone (each at least the threshold) establishes any cost
 
 
 def ab_verdict(ab: dict) -> dict:
     """What the A/B's rounds say: the real and compute-only step (medians over every round), input's
     share of the step, the lowest and highest share of any round, and whether the cost is established:
     at least :data:`INPUT_MODERATE` of the step, and the rounds bear that out: every one of them at
-    least that (of :data:`AGREEING_ROUNDS` or more; of fewer, each at least twice that: three rounds
-    of 5-8% came from an eager fit whose independent A/B found no input cost, on a loaded machine),
+    least that (of :data:`AGREEING_ROUNDS` or more; of fewer, for a pooled share of twice that: three
+    rounds of 5-8% came from an eager fit whose independent A/B found no input cost, on a loaded machine),
     or their mean share above it by
     Student's t at 97.5% (one round lost to an epoch's
     end does not hide a cost the others all show; a pooled figure the rounds do not bear out is
@@ -95,8 +95,12 @@ def ab_verdict(ab: dict) -> dict:
     limit = statistics.median(t for _, c in pairs for t in c) if pairs else 0.0
     shares = [1 - statistics.median(c) / statistics.median(r) for r, c in pairs]
     share = max(0.0, 1 - limit / step) if step > 0 else 0.0
-    # Fewer rounds must each show twice the threshold to be taken on their agreement alone.
-    agree = min(shares, default=0.0) >= INPUT_MODERATE * (1 if len(shares) >= AGREEING_ROUNDS else 2)
+    # Fewer rounds are taken on their agreement alone only for a pooled share of twice the threshold;
+    # a share of three times it also stands when all rounds but one (caught out by an epoch's end, say)
+    # show it (a healthy fit's noise reached 5-13% pooled, with one round the other way).
+    above = sum(1 for x in shares if x >= INPUT_MODERATE)
+    agree = (above == len(shares) and (len(shares) >= AGREEING_ROUNDS or share >= 2 * INPUT_MODERATE)) or \
+        (len(shares) >= AGREEING_ROUNDS and above >= len(shares) - 1 and share >= 3 * INPUT_MODERATE)
     established = bool(shares) and share >= INPUT_MODERATE and (agree or _clear_of(shares, INPUT_MODERATE))
     if established:
         verdict = "input costs the steps"
