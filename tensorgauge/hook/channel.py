@@ -112,7 +112,7 @@ class EventReader:
     """Reads the events written so far, complete lines only (monitor side). At most
     ``max_bytes`` a call: a burst of events from the job is read over several ticks
     instead of stalling one; ``at_end`` says whether the last call read all that was
-    written. A file the job truncated is read again from its start (``truncated`` counts it)."""
+    written. A file the job truncated is read again from its start."""
 
     def __init__(self, path: str, max_bytes: int = 64 << 10):
         self.path = path
@@ -120,7 +120,6 @@ class EventReader:
         self._offset = 0
         self._partial = b""
         self.at_end = True
-        self.truncated = 0
         self._last = b""  # the bytes just before the offset: if they change, the file was rewritten
 
     def _rewritten(self, f) -> bool:
@@ -135,7 +134,6 @@ class EventReader:
                 if self._offset and (size < self._offset or self._rewritten(f)):
                     # truncated (and maybe written again past where we were): read it from its start
                     self._offset, self._partial = 0, b""
-                    self.truncated += 1
                 f.seek(self._offset)
                 chunk = f.read(-1 if everything else self.max_bytes)
         except OSError:

@@ -88,8 +88,9 @@ class BudgetWatch:
             backstop = self._backstop()
             if backstop is not None:
                 with contextlib.suppress(AttributeError, OSError, ValueError):
-                    own_data = resource.getrlimit(resource.RLIMIT_DATA)  # the soft limit only: the hard one
-                    resource.setrlimit(resource.RLIMIT_DATA, (backstop, own_data[1]))  # could not come back
+                    # The soft limit only: a lowered hard limit could not be raised back (apply_started sets it).
+                    own_data = resource.getrlimit(resource.RLIMIT_DATA)
+                    resource.setrlimit(resource.RLIMIT_DATA, (backstop, own_data[1]))
             yield
         finally:
             with contextlib.suppress(AttributeError, OSError, ValueError):

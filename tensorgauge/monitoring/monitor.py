@@ -147,7 +147,7 @@ class Monitor:
 
     def _drain(self) -> list[Event]:
         """The last tick: the rest of the job's events a chunk at a time (memory stays bounded), up to
-        :data:`FINAL_READS` chunks; lines past that are counted as skipped, not read (a job that wrote
+        :data:`FINAL_READS` chunks; lines past that are counted as dropped, not read (a job that wrote
         a million lines must not hold its run's end for minutes). Then everything is committed."""
         events: list[Event] = []
         for _ in range(FINAL_READS):
@@ -164,12 +164,10 @@ class Monitor:
         try:
             self.tick(force)
         except Exception as exc:  # a full disk, a bug: stop recording, never the job nor its budget
-            if self.warning is None:
+            if self.warning is None:  # once: a sampling failure after it is not said again
                 when = self.clock.now() - self.sampler.t0
                 self.warning = f"recording stopped at {when:.1f} s ({type(exc).__name__}: {exc}); the job ran on"
                 self.report(self.warning + (" under its budget" if self.watch is not None else ""))
-            else:  # sampling itself failed after recording did: said once already
-                pass
 
     def run(self, wait_for_end: Callable[[float], bool]) -> None:
         """Tick every ``interval_seconds`` until ``wait_for_end(timeout)`` (which waits at most

@@ -208,7 +208,7 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     except BaseException:
         # Our failure after the job started (a bug, a closed terminal, Ctrl-C twice): never an orphan.
         if not keep_job_on_failure and ended.status is None:
-            _stop_tree(child.pid, group, ended)
+            _stop_tree(ended)
         raise
     finally:
         if gpus is not None:
@@ -301,7 +301,7 @@ def _kill_tree(pid: int, group) -> None:
         pass
 
 
-def _stop_tree(pid: int, group, ended: _ChildEnd, grace_seconds: float = 3.0) -> None:
+def _stop_tree(ended: _ChildEnd, grace_seconds: float = 3.0) -> None:
     """SIGTERM the job's tree, then SIGKILL what is left after ``grace_seconds``; reaps the job."""
     ended.send(signal.SIGTERM)
     deadline = time.monotonic() + grace_seconds
@@ -309,7 +309,7 @@ def _stop_tree(pid: int, group, ended: _ChildEnd, grace_seconds: float = 3.0) ->
         if ended._reap():
             break
         time.sleep(0.02)
-    _kill_tree(pid, group)
+    _kill_tree(ended.pid, ended.group)
     ended.wait(None)
 
 

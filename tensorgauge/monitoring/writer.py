@@ -40,7 +40,6 @@ class WriterState:
     samples_lost: int = 0
     events_lost: int = 0
     error: str | None = None  # the first failure that lost data
-    outages: int = 0  # writes that found the store's server not answering (each was tried again)
     waited_seconds: float = 0.0  # time spent writing, waits for a locked or busy store included
 
 
@@ -154,7 +153,6 @@ class StoreWriter:
                             self.state.error = str(exc)
                         return False
                     if unreachable:
-                        self.state.outages += 1
                         reconnect = getattr(self.store, "reconnect", None)
                         if reconnect is not None and reconnect():
                             continue  # write again at once
