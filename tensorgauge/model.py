@@ -200,6 +200,7 @@ class Phase:
     gpu_job_memory_peak_bytes: int | None = None  # of that, the job's own processes' (NVML's per-process figure)
     complete: bool = True  # False when the job ended inside the phase
     error: str | None = None  # the exception's type when the phase ended by one
+    memory_breakdown: dict[str, Any] | None = None  # at its RSS peak (see tensorgauge.analyse.memory_breakdown)
 
     @property
     def wall_seconds(self) -> float:

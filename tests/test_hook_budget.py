@@ -72,5 +72,5 @@ def test_nbytes_of_nested_inputs():
     import numpy as np
 
     arrays = {"a": np.zeros((10, 4), "float32"), "b": (np.zeros(5, "int64"), np.zeros(3, "int8"))}
-    assert dataset_facts._nbytes(arrays) == 160 + 40 + 3
-    assert dataset_facts._nbytes([1.0, 2.0]) == 0
+    assert dataset_facts.nbytes(arrays) == 160 + 40 + 3
+    assert dataset_facts.nbytes([1.0, 2.0]) == 0

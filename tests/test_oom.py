@@ -1,5 +1,6 @@
 """A job killed by the kernel's OOM killer is reported as such (needs a writable memory cgroup)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -47,5 +48,7 @@ def test_oom_kill_is_named(store_path, tg_cmd):
         assert record.signal == 9 and record.oom_killed
         show = subprocess.run([*tg_cmd, "show", "last"], capture_output=True, text=True)
         assert "OOM killer" in show.stdout
+        shown = json.loads(subprocess.run([*tg_cmd, "show", "last", "--json"], capture_output=True, text=True).stdout)
+        assert shown["end_cause"] == "oom_killer" and shown["post_mortem"]["cause"] == "oom_killer"
     finally:
         os.rmdir(path)

@@ -32,6 +32,7 @@ def test_memory_budget_stops_gracefully_and_training_resumes(store_path, tg_cmd,
     store = Store.open(store_path)
     report = RunReport.load(store, "last")
     b = report.record.budget
+    assert report.memory["end_cause"] == "budget" and report.memory["post_mortem"]["epoch"] is not None
     assert b["stopped"] and b["graceful"] and b["checkpoint"] == str(checkpoint)
     assert b["max_memory_bytes"] == pytest.approx(budget, rel=0.001)
     peak = max(s.rss_bytes for s in store.samples(report.record.run_id))

@@ -67,10 +67,15 @@ def test_the_compute_only_input_has_fits_spec_and_holds_nothing_of_the_jobs_pipe
     out = subprocess.run([sys.executable, str(JOBS / "cached_inputs.py")], capture_output=True, text=True, check=True)
     lines = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     cases = {line["case"]: line for line in lines if "case" in line}
-    assert set(cases) == {"open batch", "fixed batch", "dict features", "generator", "arrays"}
+    assert set(cases) == {"open batch", "fixed batch", "dict features", "generator", "arrays", "large shuffle buffer"}
     assert all(c["spec_matches"] and c["repeats"] for c in cases.values()), cases  # no new trace, one batch
     assert cases["open batch"]["source"] == "a real batch" and cases["open batch"]["shapes"] == [[8, 3], [8, 1]]
     assert cases["generator"]["source"].startswith("zeros")  # a generator is not restarted to peek
+    assert cases["large shuffle buffer"]["source"].startswith("zeros")  # nor a pipeline filling 64 MiB to peek
     assert cases["arrays"]["batch_dim"] is None  # as fit batches arrays: the last batch may be smaller
     # Deleting an autotuned iterator waits for tf.data's autotuner thread (2 s idle at the end of a fit seen).
-    assert lines[-1] == {"autotune": False}
+    assert lines[-2] == {"autotune": False}
+    buffers = lines[-1]["buffers"]
+    assert buffers["aligned slices"]["holds_bytes"] == 0 and buffers["aligned slices"]["shared_bytes"] == 64
+    assert buffers["unaligned slices"]["holds_bytes"] == 10 * 12  # the 3-float rows are copied, the others shared
+    assert buffers["mapped"]["holds_bytes"] == 100 * 64 and buffers["mapped"]["shared_bytes"] == 0

@@ -7,6 +7,7 @@ import statistics
 
 import numpy as np
 
+from tensorgauge.analyse.memory_breakdown import LABELS, describe, post_mortem
 from tensorgauge.analyse.phases import model_calls
 from tensorgauge.analyse.rules import RunFacts, rule
 from tensorgauge.hook.protocol import Kind
@@ -182,9 +183,36 @@ def memory_budget(f: RunFacts) -> Finding | None:
         evidence={"budget_bytes": limit, "peak_bytes": budget.get("peak_bytes"),
                   "peak_phase": at_peak.name if at_peak else None, "from_tensor_slices_bytes": sliced,
                   "growth_per_epoch_bytes": growth[1] if growth else None,
-                  "checkpoint": budget.get("checkpoint"), "graceful": budget.get("graceful")},
+                  "checkpoint": budget.get("checkpoint"), "graceful": budget.get("graceful"),
+                  "post_mortem": post_mortem(f.record, f.samples, f.events, f.phases)},
         fix=_budget_fix(f.found),
         expected_gain=None)
+
+
+CAUSE_WORDS = {"oom_killer": "the kernel's OOM killer ended it", "framework_oom": "an allocation failed"}
+
+
+@rule("out_of_memory", category="memory")
+def out_of_memory(f: RunFacts) -> Finding | None:
+    """The job died of memory (the kernel's OOM killer, or the framework's out-of-memory error): where,
+    what held the memory then, and the fix that follows from its largest holder."""
+    pm = post_mortem(f.record, f.samples, f.events, f.phases)
+    if pm is None or pm["cause"] == "budget":  # a budget stop is memory_budget's
+        return None
+    # A killed job's last steps may not have reached the monitor (the hook sends them every 0.5 s).
+    at_least = "at least " if pm["cause"] == "oom_killer" else ""
+    where = (pm["path"] or "no phase") + (f", after {at_least}{pm['steps_done']} steps" if pm["steps_done"] else "")
+    error = pm["error"] or {}
+    what = CAUSE_WORDS[pm["cause"]] + (f" ({error.get('type') or error.get('error')})" if error else "")
+    held = (f"; largest holder: {LABELS[pm['largest']]}" if pm["largest"] else "")
+    breakdown = pm["memory_breakdown"]
+    return Finding(
+        id="out_of_memory", severity="high",
+        title=f"The job ran out of memory: {what} in {where} at {format_bytes(pm['rss_bytes'])} RSS{held}",
+        evidence=pm,
+        fix=pm["fix"],
+        expected_gain=(f"up to {format_bytes(breakdown[pm['largest']])} less memory where it died "
+                       f"(memory then: {describe(breakdown)})" if breakdown else None))
 
 
 def _models_since_clear(events: list[Event]) -> tuple[int, int | None] | None:

@@ -21,7 +21,7 @@ from tensorgauge.model import RUN_SCHEMA, Event, Finding, Phase, RunRecord, Samp
 if TYPE_CHECKING:  # numpy and the analysis load only when a run is analysed, not when its analysis is read
     from tensorgauge.series import SampleSeries
 
-ANALYSIS_VERSION = 7  # raised when what the analysis finds changes; with the package's version, part of its key
+ANALYSIS_VERSION = 8  # raised when what the analysis finds changes; with the package's version, part of its key
 
 
 class RunSource(Protocol):
@@ -53,12 +53,14 @@ class RunReport:
     findings: list[Finding] = field(default_factory=list)
     timeline: dict[str, Any] = field(default_factory=dict)  # see tensorgauge.analyse.timeline.build
     input_split: dict[str, Any] | None = None  # see tensorgauge.analyse.input_split
+    memory: dict[str, Any] = field(default_factory=dict)  # end_cause, memory_breakdown, post_mortem
 
     @classmethod
     def build(cls, record: RunRecord, samples: SampleSeries | list[Sample], events: list[Event]) -> RunReport:
         from tensorgauge.analyse import timeline
         from tensorgauge.analyse.findings import find
         from tensorgauge.analyse.input_split import input_split
+        from tensorgauge.analyse.memory_breakdown import end_cause, phase_breakdowns, post_mortem, run_breakdown
         from tensorgauge.analyse.phases import as_series, build_phases, step_digests
         from tensorgauge.analyse.summary import summarise
         from tensorgauge.steps import StepDigest
@@ -66,6 +68,7 @@ class RunReport:
         series = as_series(samples)
         digests = step_digests(events)
         phases = build_phases(events, series, end=record.wall_seconds, digests=digests)
+        phase_breakdowns(phases, events)
         summary = summarise(record, series)
         findings = find(record, series, events, phases, summary, digests=list(digests.values()))
         wall = record.wall_seconds if record.wall_seconds is not None else (float(series.t[-1]) if len(series)
@@ -74,7 +77,10 @@ class RunReport:
         for digest in digests.values():
             steps.merge(digest)
         return cls(record=record, events=events, summary=summary, phases=phases, findings=findings,
-                   timeline=timeline.build(series, steps, wall), input_split=input_split(events, phases))
+                   timeline=timeline.build(series, steps, wall), input_split=input_split(events, phases),
+                   memory={"end_cause": end_cause(record, events),
+                           "memory_breakdown": run_breakdown(series, events, phases),
+                           "post_mortem": post_mortem(record, series, events, phases)})
 
     @classmethod
     def load(cls, store: RunSource, ref: str) -> RunReport:
@@ -100,14 +106,14 @@ class RunReport:
         """What the store keeps of this report besides the record and events."""
         return {"summary": self.summary.to_dict(), "phases": [p.to_dict() for p in self.phases],
                 "findings": [f.to_dict() for f in self.findings], "timeline": self.timeline,
-                "input_split": self.input_split}
+                "input_split": self.input_split, "memory": self.memory}
 
     @classmethod
     def from_analysis(cls, record: RunRecord, events: list[Event], doc: dict[str, Any]) -> RunReport:
         return cls(record=record, events=events, summary=Summary(**doc["summary"]),
                    phases=[Phase.from_dict(p) for p in doc["phases"]],
                    findings=[Finding(**f) for f in doc["findings"]], timeline=doc["timeline"],
-                   input_split=doc.get("input_split"))
+                   input_split=doc.get("input_split"), memory=doc.get("memory") or {})
 
     def to_dict(self) -> dict:
         r = self.record
@@ -120,6 +126,7 @@ class RunReport:
             "exit_code": r.exit_code,
             "signal": r.signal,
             "oom_killed": r.oom_killed,
+            "end_cause": self.memory.get("end_cause"),
             "started_at": r.started_at,
             "wall_seconds": round(r.wall_seconds if r.wall_seconds is not None
                                   else self.timeline.get("wall_seconds") or 0.0, 4),
@@ -130,5 +137,7 @@ class RunReport:
             "phases": [p.to_dict() for p in self.phases],
             "findings": [f.to_dict() for f in self.findings],
             "input_split": self.input_split,
+            "memory_breakdown": self.memory.get("memory_breakdown"),
+            "post_mortem": self.memory.get("post_mortem"),
             "budget": r.budget,
         }

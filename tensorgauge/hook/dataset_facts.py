@@ -1,9 +1,11 @@
 """Facts about what holds memory, sent as ``dataset`` events: the bytes materialised by
-``Dataset.from_tensor_slices`` and shuffle buffer sizes (standard library only, in the job)."""
+``Dataset.from_tensor_slices``, and the buffers of ``shuffle``, ``prefetch`` with a set size and
+``cache()`` in memory (their element's bytes from the element spec). Standard library only, in the job."""
 
 from __future__ import annotations
 
 import functools
+import os
 import sys
 
 from tensorgauge.hook.channel import channel
@@ -11,26 +13,39 @@ from tensorgauge.hook.listeners import on_tensorflow
 from tensorgauge.hook.protocol import Kind
 
 
-def _nbytes(value) -> int:
+def nbytes(value) -> int:
     """Bytes of numpy arrays (or tuples/dicts/lists of them) given to from_tensor_slices."""
     if isinstance(value, dict):
-        return sum(_nbytes(v) for v in value.values())
+        return sum(nbytes(v) for v in value.values())
     if isinstance(value, (tuple, list)) and value and not isinstance(value[0], (int, float)):
-        return sum(_nbytes(v) for v in value)
+        return sum(nbytes(v) for v in value)
     return int(getattr(value, "nbytes", 0) or 0)
 
 
+def rss_bytes() -> int | None:
+    """This process's RSS now, from /proc/self/statm (None where there is none)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def patch_datasets(dataset_class) -> None:
-    """Send the size of from_tensor_slices inputs and shuffle buffers (never changes them)."""
+    """Send the size of from_tensor_slices inputs (and the RSS the call added: TensorFlow's copies
+    of them) and of the buffers of shuffle, prefetch and cache (never changes them)."""
     original_slices = dataset_class.__dict__.get("from_tensor_slices")
     function = getattr(original_slices, "__func__", None)
     if function is not None and not getattr(function, "__tensorgauge_wrapped__", None):
         @functools.wraps(function)
         def from_tensor_slices(tensors, *args, **kwargs):
+            before = rss_bytes()
             dataset = function(tensors, *args, **kwargs)
             try:
-                channel().emit(Kind.DATASET, op="from_tensor_slices", bytes=_nbytes(tensors),
-                               elements=int(dataset.cardinality()))
+                after = rss_bytes()
+                copied = max(0, after - before) if before is not None and after is not None else None
+                channel().emit(Kind.DATASET, op="from_tensor_slices", bytes=nbytes(tensors),
+                               elements=int(dataset.cardinality()), copied_bytes=copied)
             except Exception:
                 pass
             return dataset
@@ -38,19 +53,103 @@ def patch_datasets(dataset_class) -> None:
         from_tensor_slices.__tensorgauge_wrapped__ = function  # type: ignore[attr-defined]
         dataset_class.from_tensor_slices = staticmethod(from_tensor_slices)
 
-    shuffle = dataset_class.__dict__.get("shuffle")
-    if shuffle is not None and not getattr(shuffle, "__tensorgauge_wrapped__", None):
-        @functools.wraps(shuffle)
-        def shuffle_wrapper(self, buffer_size, *args, **kwargs):
-            try:
-                channel().emit(Kind.DATASET, op="shuffle", buffer_size=int(buffer_size),
-                               elements=int(self.cardinality()))
-            except Exception:
-                pass
-            return shuffle(self, buffer_size, *args, **kwargs)
+    _wrap_buffer(dataset_class, "shuffle", _shuffle_facts)
+    _wrap_buffer(dataset_class, "prefetch", _prefetch_facts)
+    _wrap_buffer(dataset_class, "cache", _cache_facts)
 
-        shuffle_wrapper.__tensorgauge_wrapped__ = shuffle  # type: ignore[attr-defined]
-        dataset_class.shuffle = shuffle_wrapper
+
+def element_bytes(dataset) -> int | None:
+    """Bytes of one element of ``dataset``, from its element spec (None when a shape is not known)."""
+    import tensorflow as tf
+
+    total = 0
+    for spec in tf.nest.flatten(dataset.element_spec):
+        dims = spec.shape.as_list() if spec.shape.rank is not None else [None]
+        if None in dims:
+            return None
+        count = 1
+        for d in dims:
+            count *= int(d or 0)
+        total += count * spec.dtype.size
+    return total
+
+
+# Stages that pass their input's elements through unchanged: a shuffle over these, down to a
+# from_tensor_slices, buffers slices of its tensors.
+PASS_THROUGH = ("_ShuffleDataset", "_TakeDataset", "_SkipDataset", "_RepeatDataset", "_FilterDataset",
+                "_ShardDataset", "_OptionsDataset", "_PrefetchDataset")
+ALIGNMENT = 64  # TensorFlow shares a slice of a tensor (no copy) when its row is this aligned (Tensor::IsAligned)
+
+
+def shared_bytes(dataset) -> int:
+    """Bytes of one element that are slices of a from_tensor_slices tensor, shared rather than copied:
+    TensorFlow's TensorSliceDataset copies a row only when it is not 64-byte aligned."""
+    import tensorflow as tf
+
+    stage = dataset
+    while type(stage).__name__ in PASS_THROUGH:
+        inputs = stage._inputs()
+        stage = inputs[0] if len(inputs) == 1 else None
+    if type(stage).__name__ != "_TensorSliceDataset":
+        return 0
+    shared = 0
+    for spec in tf.nest.flatten(dataset.element_spec):
+        dims = spec.shape.as_list() if spec.shape.rank is not None else [None]
+        if None in dims:
+            continue
+        row = spec.dtype.size
+        for d in dims:
+            row *= int(d or 0)
+        if row and row % ALIGNMENT == 0:
+            shared += row
+    return shared
+
+
+def _holds(size: int | None, elements: int | None) -> int | None:
+    return size * elements if size is not None and elements is not None and elements >= 0 else None
+
+
+def _shuffle_facts(self, buffer_size, *args, **kwargs) -> dict:
+    elements, size = int(self.cardinality()), element_bytes(self)
+    held = min(int(buffer_size), elements) if elements >= 0 else int(buffer_size)
+    shared = shared_bytes(self) if size is not None else 0
+    return {"op": "shuffle", "buffer_size": int(buffer_size), "elements": elements, "element_bytes": size,
+            "shared_bytes": shared, "holds_bytes": _holds(None if size is None else size - shared, held)}
+
+
+def _prefetch_facts(self, buffer_size, *args, **kwargs) -> dict | None:
+    if int(buffer_size) < 0:  # AUTOTUNE: the buffer is tf.data's to size
+        return None
+    size = element_bytes(self)
+    return {"op": "prefetch", "buffer_size": int(buffer_size), "element_bytes": size,
+            "holds_bytes": _holds(size, int(buffer_size))}
+
+
+def _cache_facts(self, filename="", *args, **kwargs) -> dict | None:
+    if filename:  # cached to files, not memory
+        return None
+    elements, size = int(self.cardinality()), element_bytes(self)
+    return {"op": "cache", "elements": elements, "element_bytes": size, "holds_bytes": _holds(size, elements)}
+
+
+def _wrap_buffer(dataset_class, name: str, facts) -> None:
+    """Send ``facts(self, *args)`` when the pipeline stage ``name`` is added (never changes it)."""
+    original = dataset_class.__dict__.get(name)
+    if original is None or getattr(original, "__tensorgauge_wrapped__", None):
+        return
+
+    @functools.wraps(original)
+    def wrapper(self, *args, **kwargs):
+        try:
+            payload = facts(self, *args, **kwargs)
+            if payload is not None:
+                channel().emit(Kind.DATASET, **payload)
+        except Exception:
+            pass
+        return original(self, *args, **kwargs)
+
+    wrapper.__tensorgauge_wrapped__ = original  # type: ignore[attr-defined]
+    setattr(dataset_class, name, wrapper)
 
 
 @on_tensorflow

@@ -16,17 +16,20 @@ import sys
 import time
 
 from tensorgauge.hook.channel import channel
+from tensorgauge.hook.dataset_facts import element_bytes
 from tensorgauge.hook.diagnose import PYTHON_OPS, _batch_stage_size, _pipeline_ops
 from tensorgauge.hook.protocol import Kind
 
 PROBE_STEPS, PROBE_MIN_STEPS, PROBE_WARMUP = 32, 4, 1
-PEEK_MAX_SHUFFLE = 10_000  # a shuffle buffer larger than this makes a peek at one real batch too costly
+PEEK_MAX_SHUFFLE = 10_000  # a shuffle buffer larger than this makes a peek at one real batch too costly,
+PEEK_MAX_SHUFFLE_BYTES = 32 << 20  # ... and one holding more than this (a new iterator fills a copy of it)
 
 
 def _peekable(dataset) -> bool:
     """A pipeline that can be iterated again to take one real batch cheaply: no Python in it (a
     generator or py_function may have side effects, or be slow to restart), no large shuffle
-    buffer (a new iterator fills it before its first element) and no cache (a cache read in part
+    buffer (a new iterator fills another before its first element: time and memory the job would
+    not have spent) and no cache (a cache read in part
     warns on the job's stderr)."""
     try:
         if any(op in PYTHON_OPS for op in _pipeline_ops(dataset)):
@@ -36,9 +39,10 @@ def _peekable(dataset) -> bool:
             if "Cache" in type(stage).__name__:
                 return False
             buffer = getattr(stage, "_buffer_size", None)
-            if type(stage).__name__.startswith("Shuffle") and buffer is not None:
+            if "Shuffle" in type(stage).__name__ and buffer is not None:
                 size = int(buffer)
-                if size < 0 or size > PEEK_MAX_SHUFFLE:
+                held = element_bytes(stage)
+                if size < 0 or size > PEEK_MAX_SHUFFLE or held is None or size * held > PEEK_MAX_SHUFFLE_BYTES:
                     return False
             inputs = stage._inputs()
             stage = inputs[0] if len(inputs) == 1 else None

@@ -59,6 +59,8 @@ class Kind:
     EAGER_PROBE = "eager_probe"  # a custom loop's model, forward and backward, eager against in a tf.function
     LOOP_INPUT = "loop_input"  # a custom training loop's steps and the time its next() calls waited
     FIT_INPUT = "fit_input"  # a fit on JAX or PyTorch: the time Keras' data iterator took for its batches
+    MEMORY_FACTS = "memory_facts"  # what a fit's model, optimizer and arrays hold, counted (hook.memory_facts)
+    JOB_ERROR = "job_error"  # the exception that ended the job (its type, module, first line)
     STEP_DIGEST = "step_digest"  # written by the monitor: a phase's steps, compactly (tensorgauge.steps)
 
 
@@ -214,10 +216,31 @@ class Placement(Common, total=False):
 
 
 class Dataset(Common, total=False):
-    op: str  # "from_tensor_slices" or "shuffle"
-    bytes: int
-    elements: int
+    op: str  # "from_tensor_slices", "shuffle", "prefetch" (a set size) or "cache" (in memory)
+    bytes: int  # from_tensor_slices: the arrays' bytes
+    copied_bytes: int | None  # ... and the RSS the call added (TensorFlow's copies of them)
+    elements: int  # the input's cardinality (-1: infinite, -2: unknown)
     buffer_size: int
+    element_bytes: int | None  # one element, from its spec (None: a shape not known)
+    shared_bytes: int  # shuffle: of an element, the bytes that are slices of a from_tensor_slices tensor
+    holds_bytes: int | None  # what the buffer holds when full
+
+
+class MemoryFacts(Common, total=False):
+    when: str  # "steps": before a fit's third batch (its rss: the state before the steps); "end": as it ended
+    weights_bytes: int  # the model's distinct variables, shape x dtype size
+    weights_by_dtype: dict[str, int]
+    weights_by_device: dict[str, int]
+    optimizer_bytes: int  # the optimizer's variables (slots, step counter, learning rate)
+    optimizer_by_device: dict[str, int]
+    input_arrays_bytes: int | None  # arrays handed to fit as x and y (None: a dataset or generator)
+    gpu_allocators: list[dict]  # [{"device", "bytes_in_use", "peak_bytes"}]: the framework allocator's figures
+
+
+class JobError(Common, total=False):
+    type: str  # the exception's class name
+    module: str  # ... and its module
+    message: str  # its first line, at most 300 characters
 
 
 class BudgetStop(Common, total=False):
@@ -291,5 +314,5 @@ PAYLOADS: dict[str, type] = {
     Kind.BUDGET_GPU_MEMORY: BudgetGpuMemory, Kind.BENCH_RESULT: BenchResult, Kind.STEP_DIGEST: StepDigest,
     Kind.PREDICT_PROBE: PredictProbe, Kind.MODELS_BUILT: ModelsBuilt, Kind.LOOP_INPUT: LoopInput,
     Kind.XLA_PROBE: XlaProbe,
-    Kind.EAGER_PROBE: EagerProbe, Kind.FIT_INPUT: FitInput,
+    Kind.EAGER_PROBE: EagerProbe, Kind.FIT_INPUT: FitInput, Kind.MEMORY_FACTS: MemoryFacts, Kind.JOB_ERROR: JobError,
 }

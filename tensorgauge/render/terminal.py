@@ -9,6 +9,7 @@ from rich.table import Table
 
 from tensorgauge.analyse.account import account
 from tensorgauge.analyse.input_split import describe as describe_split
+from tensorgauge.analyse.memory_breakdown import describe as describe_memory
 from tensorgauge.analyse.run_report import RunReport
 from tensorgauge.model import Phase, RunRecord, Sample
 from tensorgauge.render.phase_columns import phase_columns
@@ -35,6 +36,9 @@ def outcome(record: RunRecord) -> str:
 
 
 ID_WIDTH = 28  # the widest id column in `runs` (ours are 20 characters)
+
+
+END_WORDS = {"oom_killer": "the kernel's OOM killer", "framework_oom": "the framework's allocation failed"}
 
 
 def render_runs(console: Console, records: list[RunRecord], peaks: dict[str, tuple[int | None, int]]) -> None:
@@ -161,6 +165,13 @@ def render_run(console: Console, report: RunReport) -> None:
     uss = f"  USS max {format_bytes(s.uss_peak_bytes)} (of readings every 5 s)" if s.uss_peak_bytes else ""
     console.print(f"  memory   RSS peak {format_bytes(s.rss_peak_bytes)}{uss}   threads peak {s.threads_peak}"
                   f"   processes peak {s.processes_peak}   samples {s.samples}")
+    held = report.memory.get("memory_breakdown")
+    if held:
+        console.print(f"  held     at the peak: {safe(describe_memory(held))}"
+                      + ("  [dim](counted more than RSS: clipped)[/dim]" if held.get("clipped") else ""))
+    cause = report.memory.get("end_cause")
+    if cause in ("oom_killer", "framework_oom"):
+        console.print(f"  [red]ended    out of memory ({END_WORDS[cause]}): see the out_of_memory finding[/red]")
     for gpu in s.gpu:
         console.print(f"  GPU {gpu['index']}    {safe(str(gpu.get('name') or ''))} util mean "
                       f"{gpu.get('util_percent_mean')}% peak {gpu.get('util_percent_peak')}%, memory peak "

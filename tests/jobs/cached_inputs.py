@@ -24,6 +24,9 @@ cases = {
     "generator": (tf.data.Dataset.from_generator(gen, output_signature=(
         tf.TensorSpec([None, 3], tf.float32), tf.TensorSpec([None, 1], tf.float32))), None, None),
     "arrays": (x, y, 8),
+    # 2,000 elements of 32 KiB: few enough to peek at by count, but a new iterator would fill 64 MiB.
+    "large shuffle buffer": (tf.data.Dataset.from_tensor_slices(np.zeros((2_000, 8192), "float32"))
+                             .map(lambda a: a + 1.0).shuffle(2_000).batch(8), None, None),
 }
 for name, (inputs, targets, batch_size) in cases.items():
     spec = inputs.element_spec if isinstance(inputs, tf.data.Dataset) else None
@@ -35,3 +38,13 @@ for name, (inputs, targets, batch_size) in cases.items():
                       "source": source, "shapes": shapes, "repeats": same,
                       "first_value": float(tf.nest.flatten(first)[0][0][0])}))
 print(json.dumps({"autotune": repeated(tf.zeros([2]), tf.TensorSpec([None], tf.float32)).options().autotune.enabled}))
+
+# What a shuffle buffer holds: slices of a from_tensor_slices tensor are shared when their rows are
+# 64-byte aligned (16 float32), copied otherwise (3 float32); a map makes new elements.
+from tensorgauge.hook.dataset_facts import _shuffle_facts  # noqa: E402
+
+rows16, rows3 = np.zeros((100, 16), "float32"), np.zeros((100, 3), "float32")
+print(json.dumps({"buffers": {
+    "aligned slices": _shuffle_facts(tf.data.Dataset.from_tensor_slices(rows16).take(50), 1000),
+    "unaligned slices": _shuffle_facts(tf.data.Dataset.from_tensor_slices((rows16, rows3)), 10),
+    "mapped": _shuffle_facts(tf.data.Dataset.from_tensor_slices(rows16).map(lambda a: a * 2), 100)}}))
