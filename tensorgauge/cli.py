@@ -46,7 +46,8 @@ def _dispatch(args: argparse.Namespace) -> int:
                                 checkpoint=args.checkpoint, job=args.job, live=args.live,
                                 tensorboard=args.tensorboard, prometheus=args.prometheus, quiet=args.quiet,
                                 keep_job_on_failure=args.keep_job_on_failure, stop_grace_seconds=args.stop_grace)
-        return module.run(list(args.command), options, try_fixes=args.try_fixes, backends=args.backends)
+        return module.run(list(args.command), options, try_fixes=args.try_fixes, backends=args.backends,
+                          find_batch_size=args.find_batch_size)
     calls = {
         "runs": lambda: module.runs(args.store),
         "show": lambda: module.show(args.store, args.run, args.json, args.start, args.end),
@@ -108,6 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--try-fixes", action="store_true",
                    help="time a short window of the first fit as it is and with each applicable fix "
                         "(parallel map, prefetch, eager off, thread pools), and report each one's speedup")
+    p.add_argument("--find-batch-size", action="store_true",
+                   help="try the first fit at growing batch sizes (short trials in the job's process) and "
+                        "recommend the largest batch that keeps it under --max-memory (default: 80%% of the "
+                        "memory available); the job ends after the trials")
     p.add_argument("--max-memory", metavar="SIZE",
                    help="memory budget for the job's process tree: 10%% of RAM, 4GiB, 512MiB. At 90%% "
                         "training is checkpointed and stopped (exit 75); past 100%% the job is killed")

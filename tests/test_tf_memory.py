@@ -65,3 +65,35 @@ def test_kernel_oom_kill_gets_a_post_mortem(store_path, tg_cmd, tmp_path):
     assert pm["rss_bytes"] > 1000 << 20  # the peak before the kill, near the limit
     assert any(f.id == "out_of_memory" and "OOM killer" in f.title and "after at least" in f.title
                for f in report.findings)
+
+
+FINDER_JOB = """
+import numpy as np, keras
+x = np.random.rand(4096, 64).astype("float32"); y = np.random.rand(4096, 1).astype("float32")
+model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(8192, activation="relu"), keras.layers.Dense(1)])
+model.compile("adam", "mse")
+model.fit(x, y, batch_size=32, epochs=1, verbose=0)
+print("the job's own fit ran")
+"""
+
+
+def test_find_batch_size_recommends_a_verified_batch_within_the_budget(store_path, tg_cmd, tmp_path):
+    result = subprocess.run([*tg_cmd, "run", "--find-batch-size", "--max-memory", "2GiB", "--json",
+                             str(tmp_path / "run.json"), "--", sys.executable, "-c", FINDER_JOB],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "the job's own fit ran" not in result.stdout  # the trials trained the model: the job ends after them
+    assert "Recommended batch size" in result.stdout
+    search = json.loads((tmp_path / "run.json").read_text())["batch_size_search"]
+    target, recommended = search["target_bytes"], search["recommended_batch_size"]
+    assert target == int(0.85 * (2 << 30)) and recommended and recommended > 32
+    trials = {t["batch_size"]: t for t in search["trials"]}
+    assert trials[recommended]["peak_bytes"] <= target and not trials[recommended]["error"]  # verified
+    assert search["per_example_bytes"] > 0 and search["how"] == "fit's batch_size on its arrays"
+    assert all(t["peak_bytes"] <= (2 << 30) for t in search["trials"])  # never past the budget
+
+
+def test_find_batch_size_is_one_mode_at_a_time(tg_cmd):
+    result = subprocess.run([*tg_cmd, "run", "--find-batch-size", "--try-fixes", "--", sys.executable, "-c", "0"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "cannot be combined" in result.stderr and "Traceback" not in result.stderr

@@ -268,3 +268,18 @@ def describe(breakdown: dict[str, Any]) -> str:
     names = [n for n in (*COMPONENTS, "residual_bytes") if breakdown.get(n)]
     names.sort(key=lambda n: -int(breakdown[n]))
     return ", ".join(f"{LABELS[n]} {format_bytes(breakdown[n])}" for n in names)
+
+
+def batch_size_search(events: list[Event]) -> dict[str, Any] | None:
+    """``--find-batch-size``'s result: the search and its trials (None when it did not run)."""
+    found = [e.data for e in events if e.kind == Kind.BATCH_SEARCH]
+    trials = [{k: e.data.get(k) for k in ("batch_size", "peak_bytes", "steps", "step_seconds",
+                                           "examples_per_second", "seconds", "error")}
+              for e in events if e.kind == Kind.BATCH_TRIAL]
+    if not found and not trials:
+        return None
+    result = {k: v for k, v in (found[-1] if found else {}).items() if k not in ("cpu", "rss")}
+    result.setdefault("recommended_batch_size", None)
+    if not found:
+        result["reason"] = "the search did not finish (the job ended during a trial)"
+    return {**result, "trials": trials}

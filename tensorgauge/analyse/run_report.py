@@ -53,14 +53,20 @@ class RunReport:
     findings: list[Finding] = field(default_factory=list)
     timeline: dict[str, Any] = field(default_factory=dict)  # see tensorgauge.analyse.timeline.build
     input_split: dict[str, Any] | None = None  # see tensorgauge.analyse.input_split
-    memory: dict[str, Any] = field(default_factory=dict)  # end_cause, memory_breakdown, post_mortem
+    memory: dict[str, Any] = field(default_factory=dict)  # end_cause, memory_breakdown, post_mortem, batch_size_search
 
     @classmethod
     def build(cls, record: RunRecord, samples: SampleSeries | list[Sample], events: list[Event]) -> RunReport:
         from tensorgauge.analyse import timeline
         from tensorgauge.analyse.findings import find
         from tensorgauge.analyse.input_split import input_split
-        from tensorgauge.analyse.memory_breakdown import end_cause, phase_breakdowns, post_mortem, run_breakdown
+        from tensorgauge.analyse.memory_breakdown import (
+            batch_size_search,
+            end_cause,
+            phase_breakdowns,
+            post_mortem,
+            run_breakdown,
+        )
         from tensorgauge.analyse.phases import as_series, build_phases, step_digests
         from tensorgauge.analyse.summary import summarise
         from tensorgauge.steps import StepDigest
@@ -80,7 +86,8 @@ class RunReport:
                    timeline=timeline.build(series, steps, wall), input_split=input_split(events, phases),
                    memory={"end_cause": end_cause(record, events),
                            "memory_breakdown": run_breakdown(series, events, phases),
-                           "post_mortem": post_mortem(record, series, events, phases)})
+                           "post_mortem": post_mortem(record, series, events, phases),
+                           "batch_size_search": batch_size_search(events)})
 
     @classmethod
     def load(cls, store: RunSource, ref: str) -> RunReport:
@@ -139,5 +146,6 @@ class RunReport:
             "input_split": self.input_split,
             "memory_breakdown": self.memory.get("memory_breakdown"),
             "post_mortem": self.memory.get("post_mortem"),
+            "batch_size_search": self.memory.get("batch_size_search"),
             "budget": r.budget,
         }

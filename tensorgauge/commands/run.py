@@ -1,5 +1,6 @@
-"""``tensorgauge run [options] -- COMMAND``: record a command, time fixes on it (--try-fixes), or
-run it once per Keras backend and compare them (--backends)."""
+"""``tensorgauge run [options] -- COMMAND``: record a command, time fixes on it (--try-fixes), find
+the batch that fits its memory budget (--find-batch-size), or run it once per Keras backend and
+compare them (--backends)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,18 @@ from tensorgauge.errors import TensorgaugeError
 BACKENDS = ("tensorflow", "jax", "torch")
 
 
-def run(command: list[str], options: RecordOptions, try_fixes: bool = False, backends: str | None = None) -> int:
+def run(command: list[str], options: RecordOptions, try_fixes: bool = False, backends: str | None = None,
+        find_batch_size: bool = False) -> int:
     if command and command[0] == "--":
         command = command[1:]
-    if try_fixes and backends:
-        raise TensorgaugeError("--try-fixes and --backends cannot be combined: run one, then the other")
+    chosen = [name for name, on in (("--try-fixes", try_fixes), ("--backends", backends),
+                                    ("--find-batch-size", find_batch_size)) if on]
+    if len(chosen) > 1:
+        raise TensorgaugeError(f"{' and '.join(chosen)} cannot be combined: run one, then the other")
     if try_fixes:
         return _try_fixes(command, options)
+    if find_batch_size:
+        return _find_batch_size(command, options)
     if backends:
         return _backends(command, options, backends)
     return record(command, options)[0]
@@ -81,3 +87,39 @@ def _try_fixes(command: list[str], options: RecordOptions) -> int:
     if options.json_path:
         write_text(json.dumps(trials.to_dict(), indent=2), options.json_path)
     return 0
+
+
+FIND_SHARE_OF_AVAILABLE = 0.8  # without --max-memory: the budget the search keeps to
+
+
+def _find_batch_size(command: list[str], options: RecordOptions) -> int:
+    """One recorded run whose first fit is tried at growing batch sizes (see
+    :mod:`tensorgauge.hook.batch_finder`); prints the trials and the recommendation."""
+    import psutil
+
+    from tensorgauge.analyse.run_report import RunReport
+    from tensorgauge.hook.protocol import FIND_BATCH_ENV
+    from tensorgauge.monitoring.limits import parse_memory
+    from tensorgauge.render.terminal import render_batch_search
+
+    say = progress_printer()
+    memory = psutil.virtual_memory()
+    if options.max_memory:
+        budget = parse_memory(options.max_memory, memory.total)
+        say(f"finding the largest batch that keeps the job under its budget of {budget / 2**30:.2f} GiB")
+    else:
+        budget = int(memory.available * FIND_SHARE_OF_AVAILABLE)
+        say(f"no --max-memory: finding the largest batch within {FIND_SHARE_OF_AVAILABLE:.0%} of the memory "
+            f"available now ({budget / 2**30:.2f} GiB)")
+    env = {**(options.extra_env or {}), FIND_BATCH_ENV: str(budget)}
+    code, run_id = record(command, dataclasses.replace(options, name=options.name or "find batch size",
+                                                       extra_env=env))
+    store = open_store(options.store)
+    report = RunReport.load(store, run_id)
+    store.close()
+    search = report.memory.get("batch_size_search")
+    if search is None:
+        raise TensorgaugeError("the job ended before its first fit: there was nothing to try "
+                               f"(exit {code}; tensorgauge show {run_id})")
+    render_batch_search(console(), search)
+    return code

@@ -26,6 +26,7 @@ FIX_ENV = "TENSORGAUGE_FIX"  # --try-fixes: the fixes to apply, comma-separated
 WINDOW_ENV = "TENSORGAUGE_WINDOW_STEPS"  # --try-fixes: timed steps in the window
 WARMUP_ENV = "TENSORGAUGE_WINDOW_WARMUP"  # --try-fixes: steps before the window
 JOB_ENV = "TENSORGAUGE_JOB"  # the distributed job a worker belongs to
+FIND_BATCH_ENV = "TENSORGAUGE_FIND_BATCH"  # --find-batch-size: the memory budget in bytes
 
 WINDOW_START = 10  # training steps before the input window (tracing, warm-up): it needs a fit longer than that
 TRAIN_LOOP = "train loop"  # the name of a custom training loop's phase (kind "fit")
@@ -60,6 +61,8 @@ class Kind:
     LOOP_INPUT = "loop_input"  # a custom training loop's steps and the time its next() calls waited
     FIT_INPUT = "fit_input"  # a fit on JAX or PyTorch: the time Keras' data iterator took for its batches
     MEMORY_FACTS = "memory_facts"  # what a fit's model, optimizer and arrays hold, counted (hook.memory_facts)
+    BATCH_TRIAL = "batch_trial"  # --find-batch-size: one short trial of the first fit at one batch size
+    BATCH_SEARCH = "batch_search"  # ... and the search's result
     JOB_ERROR = "job_error"  # the exception that ended the job (its type, module, first line)
     STEP_DIGEST = "step_digest"  # written by the monitor: a phase's steps, compactly (tensorgauge.steps)
 
@@ -237,6 +240,30 @@ class MemoryFacts(Common, total=False):
     gpu_allocators: list[dict]  # [{"device", "bytes_in_use", "peak_bytes"}]: the framework allocator's figures
 
 
+class BatchTrial(Common, total=False):
+    batch_size: int
+    peak_bytes: int  # the process's RSS peak during the trial (read every 2 ms)
+    steps: int
+    step_seconds: float | None  # median, the first step (it traces) left out
+    examples_per_second: float | None
+    seconds: float  # the trial's wall time
+    error: str | None  # the exception's type when the trial failed
+
+
+class BatchSearch(Common, total=False):
+    budget_bytes: int
+    target_bytes: int  # the share of the budget no trial may pass
+    original_batch_size: int
+    recommended_batch_size: int | None
+    fixed_bytes: int | None  # the line fitted to peak against batch size: fixed + per example x batch
+    per_example_bytes: int | None
+    trials: int
+    seconds: float  # all trials together
+    how: str  # how the trials reached the batch size
+    reason: str  # why there was no search
+    caveat: str
+
+
 class JobError(Common, total=False):
     type: str  # the exception's class name
     module: str  # ... and its module
@@ -315,4 +342,5 @@ PAYLOADS: dict[str, type] = {
     Kind.PREDICT_PROBE: PredictProbe, Kind.MODELS_BUILT: ModelsBuilt, Kind.LOOP_INPUT: LoopInput,
     Kind.XLA_PROBE: XlaProbe,
     Kind.EAGER_PROBE: EagerProbe, Kind.FIT_INPUT: FitInput, Kind.MEMORY_FACTS: MemoryFacts, Kind.JOB_ERROR: JobError,
+    Kind.BATCH_TRIAL: BatchTrial, Kind.BATCH_SEARCH: BatchSearch,
 }

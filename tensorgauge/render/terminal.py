@@ -264,6 +264,33 @@ def render_trials(console: Console, result) -> None:
 VARIABLES_SHOWN = 20
 
 
+def render_batch_search(console: Console, search: dict) -> None:
+    """--find-batch-size: the trials, the fitted line and the recommendation."""
+    table = Table(title="Batch size trials (first fit, in the job's process)", title_justify="left")
+    for column in ("batch", "RSS peak", "examples/s", "step", "note"):
+        table.add_column(column, justify="left" if column == "note" else "right")
+    target = search.get("target_bytes")
+    for t in search.get("trials") or []:
+        note = t["error"] or ("over the target" if target and t["peak_bytes"] > target else "")
+        table.add_row(str(t["batch_size"]), format_bytes(t["peak_bytes"]),
+                      f"{t['examples_per_second']:,.0f}" if t.get("examples_per_second") else "-",
+                      format_seconds(t["step_seconds"]) if t.get("step_seconds") else "-", note)
+    console.print(table)
+    if search.get("per_example_bytes") is not None:
+        console.print(f"  memory ~ {format_bytes(search['fixed_bytes'])} + {format_bytes(search['per_example_bytes'])}"
+                      f" per example (fitted to the trials); target {format_bytes(target)} = 85% of the budget "
+                      f"{format_bytes(search.get('budget_bytes'))}")
+    recommended = search.get("recommended_batch_size")
+    if recommended:
+        console.print(f"[bold]Recommended batch size: {recommended}[/bold] (the job's: "
+                      f"{search.get('original_batch_size')}; reached by {safe(str(search.get('how')))}; trials took "
+                      f"{format_seconds(search.get('seconds') or 0)})")
+        console.print(f"  {safe(str(search.get('caveat') or ''))}")
+    else:
+        console.print(f"[yellow]No recommendation: {safe(str(search.get('reason') or 'no batch size fitted'))}"
+                      "[/yellow]")
+
+
 def render_devices(console: Console, result: dict) -> None:
     """``tensorgauge devices``: weights per device, the variables, op placement, findings."""
     console.print(f"[bold]{safe(str(result['path']))}[/bold]  ({result['format']}, TensorFlow "

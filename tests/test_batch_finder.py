@@ -1,0 +1,96 @@
+"""--find-batch-size's search on fakes: a job whose peak memory is fixed + per example x batch."""
+
+import types
+
+import pytest
+
+from tensorgauge.analyse.memory_breakdown import batch_size_search
+from tensorgauge.hook import batch_finder
+from tensorgauge.hook.batch_finder import largest_within, line, search
+from tensorgauge.model import Event
+
+MiB = 1 << 20
+
+
+class FakeTrials:
+    """Peak = fixed + per_example x batch (+ an extra the line cannot see above ``kink``)."""
+
+    def __init__(self, fixed, per_example, cap=1 << 16, kink=None, dataset=False):
+        self.fixed, self.per_example, self._cap, self.kink, self.dataset = fixed, per_example, cap, kink, dataset
+        self.tried: list[int] = []
+
+    def cap(self):
+        return self._cap
+
+    def run(self, batch):
+        self.tried.append(batch)
+        peak = self.fixed + self.per_example * batch
+        if self.kink and batch > self.kink:
+            peak += 4 * self.per_example * (batch - self.kink)
+        return {"batch_size": batch, "peak_bytes": int(peak), "steps": 6, "step_seconds": 0.01 * batch,
+                "examples_per_second": 100.0, "seconds": 1.0, "error": None}
+
+
+def test_finds_the_largest_batch_within_the_target_without_passing_it():
+    budget = 2000 * MiB
+    trials = FakeTrials(fixed=700 * MiB, per_example=8 * MiB)
+    result = search(trials, 32, budget)
+    target = 0.85 * budget
+    assert result["recommended_batch_size"] == 120  # (1700 - 700) / 8 = 125 -> a multiple of 8
+    assert 700 * MiB + 8 * MiB * 120 <= target < 700 * MiB + 8 * MiB * 128
+    assert all(700 * MiB + 8 * MiB * b <= target for b in trials.tried)  # never a trial past the target
+    assert trials.tried[-1] == 120  # verified by a trial of its own
+    assert result["fixed_bytes"] == 700 * MiB and result["per_example_bytes"] == 8 * MiB
+
+
+def test_a_line_that_is_optimistic_is_caught_by_the_verifying_trial():
+    trials = FakeTrials(fixed=700 * MiB, per_example=8 * MiB, kink=100)
+    result = search(trials, 32, 2000 * MiB)
+    assert result["recommended_batch_size"] is not None
+    last = [t for t in trials.tried if t == result["recommended_batch_size"]]
+    assert last and 700 * MiB + 8 * MiB * last[0] + 32 * MiB * max(0, last[0] - 100) <= 0.85 * 2000 * MiB
+
+
+def test_a_job_whose_own_batch_does_not_fit_is_searched_downwards():
+    trials = FakeTrials(fixed=700 * MiB, per_example=8 * MiB)
+    result = search(trials, 512, 2000 * MiB)
+    assert trials.tried[:3] == [512, 256, 128] and result["recommended_batch_size"] == 120
+
+
+def test_small_batches_grow_four_times_and_the_data_caps_the_batch():
+    trials = FakeTrials(fixed=700 * MiB, per_example=1024, cap=5000)
+    result = search(trials, 16, 2000 * MiB)
+    assert trials.tried[:3] == [16, 32, 128]  # 4x once the line puts 4x under half the target
+    assert result["recommended_batch_size"] == 5000 and max(trials.tried) == 5000
+
+
+def test_the_line_and_the_largest_batch_within_it():
+    trial = {"error": None, "seconds": 1.0}
+    assert line([{**trial, "batch_size": 8, "peak_bytes": 180}, {**trial, "batch_size": 16, "peak_bytes": 260}]) == \
+        pytest.approx((100.0, 10.0))
+    assert line([{**trial, "batch_size": 8, "peak_bytes": 180}]) is None
+    assert largest_within((100.0, 10.0), 1000.0, 1 << 16) == 88  # 90 -> a multiple of 8
+    assert largest_within((100.0, 10.0), 200.0, 1 << 16) == 10  # under 16: as it is
+    assert largest_within((100.0, 0.0), 200.0, 4096) == 4096  # memory does not grow with the batch: the cap
+
+
+def test_an_input_the_trials_cannot_batch_is_said_so(monkeypatch, events):
+    monkeypatch.setenv(batch_finder.FIND_BATCH_ENV, str(2000 * MiB))
+    monkeypatch.setattr(batch_finder, "_searched", False)
+    exits = []
+    monkeypatch.setattr("tensorgauge.hook.exit.exit_job", exits.append)
+    call = types.SimpleNamespace(fit_input=((lambda: None), None, None), model=object(), keras_callbacks=None)
+    assert batch_finder._find_batch_size(call) is None
+    (sent,) = [e for e in events() if e["kind"] == "batch_search"]
+    assert sent["recommended_batch_size"] is None and "cannot resize" in sent["reason"]
+    assert exits == [0]
+
+
+def test_the_report_carries_the_search_and_its_trials():
+    events = [Event(t=1.0, pid=1, kind="batch_trial", data={"batch_size": 32, "peak_bytes": 5, "error": None}),
+              Event(t=2.0, pid=1, kind="batch_search", data={"recommended_batch_size": 32, "cpu": 1.0})]
+    found = batch_size_search(events)
+    assert found["recommended_batch_size"] == 32 and found["trials"][0]["batch_size"] == 32 and "cpu" not in found
+    unfinished = batch_size_search(events[:1])
+    assert unfinished["recommended_batch_size"] is None and "did not finish" in unfinished["reason"]
+    assert batch_size_search([]) is None
