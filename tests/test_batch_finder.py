@@ -35,11 +35,11 @@ def test_finds_the_largest_batch_within_the_target_without_passing_it():
     budget = 2000 * MiB
     trials = FakeTrials(fixed=700 * MiB, per_example=8 * MiB)
     result = search(trials, 32, budget)
-    target = 0.85 * budget
-    assert result["recommended_batch_size"] == 120  # (1700 - 700) / 8 = 125 -> a multiple of 8
-    assert 700 * MiB + 8 * MiB * 120 <= target < 700 * MiB + 8 * MiB * 128
+    target = 0.8 * budget
+    assert result["recommended_batch_size"] == 112  # (1600 - 700) / 8 = 112.5 -> a multiple of 8
+    assert 700 * MiB + 8 * MiB * 112 <= target < 700 * MiB + 8 * MiB * 120
     assert all(700 * MiB + 8 * MiB * b <= target for b in trials.tried)  # never a trial past the target
-    assert trials.tried[-1] == 120  # verified by a trial of its own
+    assert trials.tried[-1] == 112  # verified by a trial of its own
     assert result["fixed_bytes"] == 700 * MiB and result["per_example_bytes"] == 8 * MiB
 
 
@@ -48,13 +48,13 @@ def test_a_line_that_is_optimistic_is_caught_by_the_verifying_trial():
     result = search(trials, 32, 2000 * MiB)
     assert result["recommended_batch_size"] is not None
     last = [t for t in trials.tried if t == result["recommended_batch_size"]]
-    assert last and 700 * MiB + 8 * MiB * last[0] + 32 * MiB * max(0, last[0] - 100) <= 0.85 * 2000 * MiB
+    assert last and 700 * MiB + 8 * MiB * last[0] + 32 * MiB * max(0, last[0] - 100) <= 0.8 * 2000 * MiB
 
 
 def test_a_job_whose_own_batch_does_not_fit_is_searched_downwards():
     trials = FakeTrials(fixed=700 * MiB, per_example=8 * MiB)
     result = search(trials, 512, 2000 * MiB)
-    assert trials.tried[:3] == [512, 256, 128] and result["recommended_batch_size"] == 120
+    assert trials.tried[:3] == [512, 256, 128] and result["recommended_batch_size"] == 112
 
 
 def test_small_batches_grow_four_times_and_the_data_caps_the_batch():

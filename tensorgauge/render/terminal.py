@@ -278,7 +278,7 @@ def render_batch_search(console: Console, search: dict) -> None:
     console.print(table)
     if search.get("per_example_bytes") is not None:
         console.print(f"  memory ~ {format_bytes(search['fixed_bytes'])} + {format_bytes(search['per_example_bytes'])}"
-                      f" per example (fitted to the trials); target {format_bytes(target)} = 85% of the budget "
+                      f" per example (fitted to the trials); target {format_bytes(target)} = 80% of the budget "
                       f"{format_bytes(search.get('budget_bytes'))}")
     recommended = search.get("recommended_batch_size")
     if recommended:
