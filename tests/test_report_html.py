@@ -135,3 +135,32 @@ def test_gpu_chart_renders(two_runs, tmp_path):
     assert any(r.get("mem_used_gib") for r in specs["c-memory"]["layer"][1]["data"]["values"])  # machine memory
     dom, console = open_in_chromium(page, ARTIFACTS / "report-gpu.png")
     assert console == [] and rendered_charts(dom) == set(specs)
+
+
+@needs_report
+@needs_browser
+def test_held_chart_renders(two_runs, tmp_path):
+    """What held the memory, stacked per phase: the run's own phases given memory facts and a buffer
+    (the job here is not a Keras fit), rendered for real."""
+    from tensorgauge.analyse.run_report import RunReport
+    from tensorgauge.model import Event
+    from tensorgauge.render.html import run_page
+    from tensorgauge.store import Store
+
+    store = Store.open(two_runs)
+    record = store.run("first")
+    events = store.events(record.run_id)
+    train = next(e for e in events if e.kind == "phase_begin" and e.data.get("name") == "train")
+    facts = [Event(t=train.t - 0.01, pid=train.pid, kind="dataset",
+                   data={"op": "shuffle", "buffer_size": 10, "elements": 10, "holds_bytes": 1 << 20}),
+             Event(t=train.t + 0.01, pid=train.pid, kind="memory_facts",
+                   data={"weights_bytes": 2 << 20, "optimizer_bytes": 4 << 20, "input_arrays_bytes": None})]
+    report = RunReport.build(record, store.samples(record.run_id), sorted(events + facts, key=lambda e: e.t))
+    page = tmp_path / "held.html"
+    page.write_text(run_page(report))
+    specs = specs_in(page)
+    held = {(r["phase"], r["held"]) for r in specs["c-held"]["data"]["values"]}
+    assert any(h == "optimizer variables" for _, h in held) and any(h == "the rest (framework, Python)"
+                                                                       for _, h in held)
+    dom, console = open_in_chromium(page, ARTIFACTS / "report-held.png")
+    assert console == [] and rendered_charts(dom) == set(specs)

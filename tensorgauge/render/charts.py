@@ -122,6 +122,29 @@ def memory_chart(rows: list[dict], bands: list[dict], span: Span) -> dict:
                                     "stroke": _series_stroke(fields, "memory")}}]}
 
 
+HELD = (("weights_bytes", "model weights"), ("optimizer_bytes", "optimizer variables"),
+        ("input_arrays_bytes", "input arrays"), ("data_buffers_bytes", "tf.data buffers"),
+        ("step_working_bytes", "step working memory"), ("residual_bytes", "the rest (framework, Python)"))
+
+
+def held_chart(phases) -> dict | None:
+    """What held the memory at each phase's RSS peak: one stacked bar per phase (its breakdown)."""
+    rows = [{"phase": f"{i}: {p.name}", "held": label, "gib": _r(p.memory_breakdown[key] / 2**30), "order": n}
+            for i, p in enumerate(phases) if p.memory_breakdown
+            for n, (key, label) in enumerate(HELD) if p.memory_breakdown.get(key)]
+    if not rows:
+        return None
+    return {"$schema": SCHEMA, "width": WIDTH - 250, "height": {"step": 16},  # room for the phase names, legend
+            "title": "What held the memory at each phase's peak (GiB)", "data": {"values": rows},
+            "mark": "bar",
+            "encoding": {"y": {"field": "phase", "type": "nominal", "sort": None, "title": None},
+                         "x": {"field": "gib", "type": "quantitative", "stack": "zero", "title": "GiB"},
+                         "color": {"field": "held", "type": "nominal", "title": "held by",
+                                   "sort": [label for _, label in HELD], "scale": {"scheme": "tableau10"}},
+                         "order": {"field": "order"},
+                         "tooltip": [{"field": "phase"}, {"field": "held"}, {"field": "gib", "title": "GiB"}]}}
+
+
 def gpu_chart(rows: list[dict], bands: list[dict], span: Span) -> dict | None:
     """GPU utilisation (%) above GPU memory (GiB: the device's, and the job's own where NVML says)."""
     values = [r for r in rows if "gpu_util_peak" in r]
@@ -175,6 +198,7 @@ def run_charts(report) -> dict[str, dict]:
               "steps": step_rate_chart(timeline["step_rate"], span),
               "heatmap": heatmap_chart(timeline["heatmap"], span),
               "memory": memory_chart(rows, bands, span),
+              "held": held_chart(report.phases),
               "gpu": gpu_chart(rows, bands, span),
               "histogram": histogram_chart(timeline["histogram"])}
     return {k: v for k, v in charts.items() if v is not None}
