@@ -60,6 +60,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         "import": lambda: module.import_bundle(args.store, args.file),
         "compare": lambda: module.compare(args.store, args.a, args.b, args.json, args.job),
         "demo": lambda: module.demo(args.store, args.scenario, args.json),
+        "check": lambda: module.check(args.store, args.run, args.against, args.max_slower, args.max_memory_growth,
+                                      args.no_new_findings, args.format, args.output, args.json),
+        "baseline": lambda: module.baseline(args.store, args.action, args.name, args.run),
     }
     return calls[verb]()
 
@@ -215,6 +218,30 @@ def build_parser() -> argparse.ArgumentParser:
                                                 "side, and the straggler")
     p.add_argument("--json", nargs="?", const="-", metavar="PATH", help="the tensorgauge.compare/1 document")
     p.set_defaults(verb="compare")
+
+    p = sub.add_parser("check", parents=[common], help="fail a run that got slower or heavier than its baseline",
+                       description="RUN against BASELINE (a named baseline, a bundle file, or a run): each fit/"
+                                   "evaluate/predict's steady step, CPU time and RSS peak. Exit 0 within the limits "
+                                   "(or within the run-to-run noise), 1 beyond them, with what changed in the job, "
+                                   "2 for bad input.")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("--against", required=True, metavar="BASELINE")
+    p.add_argument("--max-slower", metavar="SHARE", help="a step or the CPU time this much longer fails (10%%)")
+    p.add_argument("--max-memory-growth", metavar="SHARE", help="an RSS peak this much larger fails (10%%)")
+    p.add_argument("--no-new-findings", action="store_true", help="also fail on a finding the baseline did not have")
+    p.add_argument("--format", default="text", choices=("text", "markdown", "junit"),
+                   help="text (default), markdown (a CI job summary) or junit (a CI test report)")
+    p.add_argument("-o", "--output", metavar="PATH", help="write the output there instead of stdout")
+    p.add_argument("--json", metavar="PATH", help="also write the tensorgauge.check/1 document")
+    p.set_defaults(verb="check")
+
+    p = sub.add_parser("baseline", parents=[common], help="save, list or remove named baselines for 'check'",
+                       description="save NAME RUN keeps the run as a bundle in the baselines folder beside the "
+                                   "store; list shows them; rm NAME removes one.")
+    p.add_argument("action", choices=("save", "list", "rm"))
+    p.add_argument("name", nargs="?", metavar="NAME")
+    p.add_argument("run", nargs="?", metavar="RUN")
+    p.set_defaults(verb="baseline")
 
     p = sub.add_parser("demo", parents=[common], help="record a built-in small Keras job and show it",
                        description="Train, save, load and predict with a small Keras model on synthetic data "

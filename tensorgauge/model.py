@@ -244,6 +244,7 @@ class Summary:
     processes_peak: int
     samples: int
     gpu: list[dict[str, Any]] = field(default_factory=list)
+    other_cores_mean: float | None = None  # cores busy with other work on the CPUs the job may use, on average
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -41,7 +41,21 @@ def summarise(record: RunRecord, samples: SampleSeries | list[Sample]) -> Summar
         processes_peak=int(_peak(series["processes"]) or 0),
         samples=n,
         gpu=summarise_gpus(series),
+        other_cores_mean=_other_cores(series),
     )
+
+
+def _other_cores(series: SampleSeries) -> float | None:
+    """Cores busy with other work than the job's, on the CPUs it may use, on average: the machine's busy
+    share of those CPUs less the job's own cores busy (None without per-CPU readings)."""
+    if not len(series) or not series.cpu_percent.size:
+        return None
+    machine = np.nansum(series.cpu_percent, axis=1) / 100.0
+    job = series["cores_busy"]
+    read = ~np.isnan(job) & ~np.all(np.isnan(series.cpu_percent), axis=1)
+    if not read.any():
+        return None
+    return round(float(np.clip(machine[read] - job[read], 0.0, None).mean()), 3)
 
 
 def _last_name(series: SampleSeries, j: int) -> str | None:

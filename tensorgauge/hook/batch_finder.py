@@ -3,7 +3,8 @@ model and data, in its own process, without running into an out-of-memory crash.
 
 When the first ``fit`` starts (``$TENSORGAUGE_FIND_BATCH`` holding the budget in bytes), short
 trials of it run at growing batch sizes (the job's own first, then doubling). Each trial trains
-:data:`TRIAL_STEPS` steps and measures the process's RSS peak (read every 2 ms) and its step time.
+:data:`TRIAL_STEPS` steps and measures the process's RSS peak (the kernel's high-water mark, reset
+before the trial) and its step time.
 A line fitted to peak against batch size (fixed + per example) predicts the next trial's peak:
 no trial is started that the line puts past :data:`TARGET_SHARE` of the budget. The
 recommendation is the largest batch the line keeps under it (a multiple of 8), verified by a
@@ -43,25 +44,53 @@ _searched = False
 
 
 class PeakRss:
-    """The process's RSS peak while it runs (a thread reading /proc/self/statm every 2 ms)."""
+    """The process's RSS peak while the block runs: the kernel's high-water mark (VmHWM), reset at the
+    start by writing 5 to /proc/self/clear_refs; where that is refused, a thread reading RSS every 2 ms
+    (which a C call holding the GIL can hide an allocation from)."""
 
     def __init__(self):
         self.peak = rss_bytes() or 0
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="tensorgauge-peak-rss", daemon=True)
+        self._thread: threading.Thread | None = None
 
     def _watch(self) -> None:
         while not self._stop.wait(PEAK_EVERY_SECONDS):
             self.peak = max(self.peak, rss_bytes() or 0)
 
     def __enter__(self) -> PeakRss:
-        self._thread.start()
+        if not _reset_high_water():
+            self._thread = threading.Thread(target=self._watch, name="tensorgauge-peak-rss", daemon=True)
+            self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+        else:
+            self.peak = max(self.peak, high_water_bytes() or 0)
         self.peak = max(self.peak, rss_bytes() or 0)
+
+
+def _reset_high_water() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return high_water_bytes() is not None
+    except OSError:
+        return False
+
+
+def high_water_bytes() -> int | None:
+    """VmHWM: the process's RSS peak since it started or since the last reset."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def original_fit(model):
