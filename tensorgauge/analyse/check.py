@@ -172,6 +172,15 @@ def _stages(config: dict) -> list[str]:
             or []]
 
 
+def _stage_change(sa: list[str], sb: list[str]) -> str:
+    """'map(num_parallel_calls) -> map', 'prefetch removed', 'cache added' (stages outermost first)."""
+    if len(sa) == len(sb):
+        return "; ".join(f"{x} -> {y}" for x, y in zip(sa, sb) if x != y)
+    removed, added = [s for s in sa if s not in sb], [s for s in sb if s not in sa]
+    return "; ".join(x for x in (f"{', '.join(removed)} removed" if removed else "",
+                                 f"{', '.join(added)} added" if added else "") if x) or "reordered"
+
+
 def causes(a: Side, b: Side, new_findings: list[dict]) -> list[str]:
     """What changed in the job between the baseline ``a`` and the run ``b``, most direct first."""
     out = []
@@ -183,11 +192,7 @@ def causes(a: Side, b: Side, new_findings: list[dict]) -> list[str]:
         out = [c for c in out if "eager" in c] + [c for c in out if "eager" not in c]
     sa, sb = _stages(ca), _stages(cb)
     if sa and sb and sa != sb:
-        removed = [s for s in sa if s not in sb]
-        added = [s for s in sb if s not in sa]
-        what = "; ".join(x for x in (f"{', '.join(removed)} removed" if removed else "",
-                                      f"{', '.join(added)} added" if added else "") if x)
-        out.append(f"the input pipeline changed ({what or 'reordered'}): {' <- '.join(sa)} -> {' <- '.join(sb)}")
+        out.append(f"the input pipeline changed ({_stage_change(sa, sb)}): {' <- '.join(sa)} -> {' <- '.join(sb)}")
     wa, wb = _weights(a), _weights(b)
     if wa and wb and abs(math.log(wb / wa)) >= math.log(1.05):
         out.append(f"the model's weights: {format_bytes(wa)} -> {format_bytes(wb)} ({_change(wb / wa)}): "

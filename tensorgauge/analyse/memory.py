@@ -97,7 +97,10 @@ def dataset_in_memory(f: RunFacts) -> Finding | None:
     if sliced < DATASET_IN_MEMORY_BYTES:
         return None
     peak = _peak_sample(f.samples)
-    extra = sum(int(d["buffer_size"] / d["elements"] * sliced) for d in whole_shuffles)
+    # What a shuffle buffer holding the whole data set adds: counted by the hook (slices of the sliced
+    # tensor are shared, not copied), else estimated from the arrays (runs recorded before 0.2).
+    extra = sum(int(d["holds_bytes"]) if d.get("holds_bytes") is not None
+                else int(d["buffer_size"] / d["elements"] * sliced) for d in whole_shuffles)
     return Finding(
         id="dataset_in_memory", severity="moderate",
         title=f"The data set is held in memory: from_tensor_slices took {format_bytes(sliced)} of arrays",

@@ -40,7 +40,7 @@ def _cell(value: str) -> str:
 
 
 def markdown(result: CheckResult) -> str:
-    mark = ":white_check_mark:" if result.passed else ":x:"
+    mark = "✅" if result.passed else "❌"
     lines = [f"### {mark} tensorgauge check: {_cell(result.current)} against {_cell(result.baseline)}", "",
              f"**{'Within its limits' if result.passed else 'Failed'}**", "",
              "| check | baseline | now | change | limit | noise | verdict |",
