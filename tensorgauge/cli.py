@@ -61,7 +61,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         "compare": lambda: module.compare(args.store, args.a, args.b, args.json, args.job),
         "demo": lambda: module.demo(args.store, args.scenario, args.json),
         "check": lambda: module.check(args.store, args.run, args.against, args.max_slower, args.max_memory_growth,
-                                      args.no_new_findings, args.format, args.output, args.json),
+                                      args.no_new_findings, args.format, args.output, args.json, args.config),
         "baseline": lambda: module.baseline(args.store, args.action, args.name, args.run),
     }
     return calls[verb]()
@@ -233,6 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="text (default), markdown (a CI job summary) or junit (a CI test report)")
     p.add_argument("-o", "--output", metavar="PATH", help="write the output there instead of stdout")
     p.add_argument("--json", metavar="PATH", help="also write the tensorgauge.check/1 document")
+    p.add_argument("--config", metavar="PATH", help="limits from a TOML file's [tool.tensorgauge.check] table "
+                                                    "(default: ./pyproject.toml when there is one; flags win)")
     p.set_defaults(verb="check")
 
     p = sub.add_parser("baseline", parents=[common], help="save, list or remove named baselines for 'check'",

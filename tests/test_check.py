@@ -120,6 +120,20 @@ def test_baselines_are_saved_listed_checked_against_and_removed(store_path, tg_c
     assert "no baselines" in tg(tg_cmd, "baseline", "list").stdout
 
 
+def test_limits_come_from_pyproject_and_flags_win(store_path, tg_cmd, tmp_path):
+    assert tg(tg_cmd, "run", "-q", "--name", "new", "--", sys.executable, "-c", JOB).returncode == 0
+    config = tmp_path / "pyproject.toml"
+    config.write_text('[tool.tensorgauge.check]\nmax_slower = "500%"\nmax_memory_growth = 0.2\n')
+    doc = tmp_path / "check.json"
+    assert tg(tg_cmd, "check", "new", "--against", "new", "--config", str(config), "--json", str(doc)).returncode == 0
+    assert __import__("json").loads(doc.read_text())["limits"]["max_slower"] == 5.0
+    tg(tg_cmd, "check", "new", "--against", "new", "--config", str(config), "--max-slower", "5%", "--json", str(doc))
+    assert __import__("json").loads(doc.read_text())["limits"]["max_slower"] == 0.05
+    config.write_text("[tool.tensorgauge.check]\nmax_slowr = 1\n")
+    bad = tg(tg_cmd, "check", "new", "--against", "new", "--config", str(config))
+    assert bad.returncode == 2 and "unknown keys max_slowr" in bad.stderr
+
+
 @pytest.mark.parametrize("args, message", [
     (("check", "new", "--against", "missing"), "missing"),
     (("check", "new", "--against", "new", "--max-slower", "ten"), "is not a share"),

@@ -10,6 +10,10 @@ from tensorgauge.commands.baseline import resolve
 from tensorgauge.errors import TensorgaugeError
 
 
+def _text(value) -> str | None:
+    return None if value is None else str(value)
+
+
 def _share(text: str | None, what: str) -> float | None:
     """'10%' or '0.1' -> 0.1."""
     if text is None:
@@ -24,9 +28,38 @@ def _share(text: str | None, what: str) -> float | None:
     return value
 
 
+CONFIG_KEYS = ("max_slower", "max_memory_growth", "no_new_findings")
+
+
+def read_config(path: str | None) -> dict:
+    """The ``[tool.tensorgauge.check]`` table of ``path`` (default: ./pyproject.toml when there is one)."""
+    from pathlib import Path
+
+    file = Path(path) if path else Path("pyproject.toml")
+    if not file.is_file():
+        if path:
+            raise TensorgaugeError(f"--config: no file {path}")
+        return {}
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        if path:
+            raise TensorgaugeError("--config needs Python 3.11 or later (tomllib)") from None
+        return {}
+    try:
+        table = tomllib.loads(file.read_text()).get("tool", {}).get("tensorgauge", {}).get("check", {})
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise TensorgaugeError(f"{file}: not readable TOML ({exc})") from None
+    unknown = set(table) - set(CONFIG_KEYS)
+    if unknown:
+        raise TensorgaugeError(f"{file}: [tool.tensorgauge.check] has unknown keys {', '.join(sorted(unknown))} "
+                               f"(known: {', '.join(CONFIG_KEYS)})")
+    return table
+
+
 def check(store: str | None, run: str, against: str, max_slower: str | None = None,
           max_memory_growth: str | None = None, no_new_findings: bool = False, output_format: str = "text",
-          output: str | None = None, json_path: str | None = None) -> int:
+          output: str | None = None, json_path: str | None = None, config: str | None = None) -> int:
     from tensorgauge.analyse.check import Limits
     from tensorgauge.analyse.check import check as check_sides
     from tensorgauge.render.check import FORMATS
@@ -34,6 +67,10 @@ def check(store: str | None, run: str, against: str, max_slower: str | None = No
     if output_format not in FORMATS:
         raise TensorgaugeError(f"--format: choose from {', '.join(FORMATS)}")
     limits = Limits()
+    table = read_config(config)  # the flags win over the file
+    max_slower = max_slower if max_slower is not None else _text(table.get("max_slower"))
+    max_memory_growth = max_memory_growth if max_memory_growth is not None else _text(table.get("max_memory_growth"))
+    no_new_findings = no_new_findings or bool(table.get("no_new_findings", False))
     if max_slower is not None:
         limits.max_slower = _share(max_slower, "--max-slower") or 0.0
     if max_memory_growth is not None:
