@@ -18,7 +18,7 @@ LAYERS = [
     ("analyse",),
     ("render", "live"),
     ("commands",),
-    ("cli", "__main__", "api", "keras", "notebook", "testing", "__init__"),
+    ("cli", "__main__", "api", "keras", "notebook", "testing", "pytest_plugin", "__init__"),
 ]
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -132,3 +133,33 @@ def window(report, start: float | None, end: float | None) -> tuple[float, float
     if last <= first:
         raise TensorgaugeError(f"--to ({last:g} s) must come after --from ({first:g} s)")
     return first, last
+
+
+# -- named baselines (tensorgauge baseline; check --against NAME) --------------------------
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")  # a baseline name
+
+
+def baseline_folder(store: str | None) -> Path:
+    return open_store(store, create=False).data_dir / "baselines"
+
+
+def baseline_path(store: str | None, name: str) -> Path:
+    from tensorgauge.render.text import plain
+
+    if not NAME.fullmatch(name):
+        raise TensorgaugeError(f"baseline name {plain(name)!r}: use letters, digits, '.', '_' and '-' "
+                               "(at most 100, not starting with a dot)")
+    return baseline_folder(store) / f"{name}.json"
+
+
+def resolve_baseline(store: str | None, ref: str) -> str:
+    """A named baseline's bundle file, else ``ref`` as it is (a bundle file or a run)."""
+    if NAME.fullmatch(ref) and not Path(ref).is_file():
+        try:
+            path = baseline_path(store, ref)
+        except TensorgaugeError:
+            return ref
+        if path.is_file():
+            return str(path)
+    return ref

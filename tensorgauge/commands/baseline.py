@@ -3,44 +3,16 @@
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
-from tensorgauge.commands._shared import open_store
+from tensorgauge.commands._shared import baseline_folder, baseline_path, open_store
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.render.text import plain
-
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-
-
-def folder(store: str | None) -> Path:
-    return open_store(store, create=False).data_dir / "baselines"
-
-
-def _path(store: str | None, name: str) -> Path:
-    if not NAME.fullmatch(name):
-        raise TensorgaugeError(f"baseline name {plain(name)!r}: use letters, digits, '.', '_' and '-' "
-                               "(at most 100, not starting with a dot)")
-    return folder(store) / f"{name}.json"
-
-
-def resolve(store: str | None, ref: str) -> str:
-    """A named baseline's bundle file, else ``ref`` as it is (a bundle file or a run)."""
-    if NAME.fullmatch(ref) and not Path(ref).is_file():
-        try:
-            path = _path(store, ref)
-        except TensorgaugeError:
-            return ref
-        if path.is_file():
-            return str(path)
-    return ref
 
 
 def baseline(store: str | None, action: str, name: str | None = None, run: str | None = None) -> int:
     from tensorgauge.store.bundle import export_run
 
     if action == "list":
-        found = sorted(folder(store).glob("*.json")) if folder(store).is_dir() else []
+        found = sorted(baseline_folder(store).glob("*.json")) if baseline_folder(store).is_dir() else []
         for path in found:
             print(f"{path.stem}\t{path}")
         if not found:
@@ -48,7 +20,7 @@ def baseline(store: str | None, action: str, name: str | None = None, run: str |
         return 0
     if not name:
         raise TensorgaugeError(f"baseline {action} takes a NAME")
-    path = _path(store, name)
+    path = baseline_path(store, name)
     if action == "rm":
         if not path.is_file():
             raise TensorgaugeError(f"no baseline named {plain(name)}")
