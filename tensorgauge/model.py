@@ -192,6 +192,8 @@ class Phase:
     steps: int | None = None
     step_seconds_p50: float | None = None
     step_seconds_p95: float | None = None
+    step_seconds_p25: float | None = None  # the quartiles: where the steps' distribution lies (tensorgauge check)
+    step_seconds_p75: float | None = None
     step_seconds_max: float | None = None
     step_seconds_first: float | None = None  # the first step: it traces and compiles (or builds) the step
     gpu_util_mean: float | None = None

@@ -16,7 +16,8 @@ from tensorgauge.render.check import junit, markdown, text
 MiB = 1 << 20
 
 
-def side(label, step=0.010, cpu=10.0, rss=500 * MiB, config=None, weights=4 * MiB, stages=None, other=0.0):
+def side(label, step=0.010, cpu=10.0, rss=500 * MiB, config=None, weights=4 * MiB, stages=None, other=0.0,
+         spread=0.0):
     """A run with one fit of 100 steps of ``step`` seconds."""
     config = {"backend": "tensorflow", "run_eagerly": False, "jit_compile": "False", "steps_per_execution": 1,
               "batch_size": 64, "dataset": True, "dataset_stages": stages or ["_PrefetchDataset", "_MapDataset",
@@ -26,7 +27,8 @@ def side(label, step=0.010, cpu=10.0, rss=500 * MiB, config=None, weights=4 * Mi
               Event(t=1.1, pid=1, kind="memory_facts", data={"when": "steps", "weights_bytes": weights,
                                                              "optimizer_bytes": 2 * weights, "rss": rss // 2}),
               Event(t=1.0 + 100 * step, pid=1, kind="steps",
-                    data={"phase": 1, "seconds": [step] * 100, "ends": [1.0 + step * (i + 1) for i in range(100)]}),
+                    data={"phase": 1, "seconds": [step * (1 + spread * (-1) ** i) for i in range(100)],
+                          "ends": [1.0 + step * (i + 1) for i in range(100)]}),
               Event(t=1.0 + 100 * step + 0.01, pid=1, kind="phase_end", data={"id": 1})]
     end = 1.0 + 100 * step + 0.5
     samples = [Sample(t=0.1 * i, cpu_seconds=cpu * i / (end * 10), cores_busy=1.0, rss_bytes=rss, threads=4,
@@ -66,6 +68,13 @@ def test_times_from_a_busier_machine_are_not_established():
     assert "the machine was busier during this run (+0.80 cores" in text(result)
     quiet = check(side("a", other=0.1), side("b", step=0.016, cpu=15.0, other=0.2))
     assert not quiet.passed and quiet.note is None  # 0.1 core more: comparable, and a regression
+
+
+def test_a_step_fails_only_when_the_step_distributions_separate():
+    overlapping = check(side("a", spread=0.4), side("b", step=0.013, spread=0.4))  # +30%, quartiles overlap
+    assert overlapping.checks[0].separated is False and overlapping.checks[0].verdict == "within noise"
+    apart = check(side("a", spread=0.05), side("b", step=0.013, spread=0.05))
+    assert apart.checks[0].separated is True and apart.checks[0].verdict == "fail"
 
 
 def test_causes_name_a_removed_prefetch_and_a_larger_model():

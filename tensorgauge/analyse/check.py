@@ -3,8 +3,9 @@
 Each check compares one figure of the run with the baseline's: the steady step (median) of each of
 the job's own fit/evaluate/predict calls, the run's CPU-seconds and its RSS peak. A check fails
 only when the figure is past its limit *and* past the noise of that figure between unchanged runs
-(:data:`NOISE`, measured on the 2-core VM: see the README); past the limit but within the noise it is
-``within noise``, and passes. So is a time measured while other work kept the machine's cores busier
+(:data:`NOISE`, measured on the 2-core VM: see the README) — for a step, also when the step
+distributions separate (the run's lower quartile above the baseline's upper quartile, from the
+stored step digests); past the limit but short of that it is ``within noise``, and passes. So is a time measured while other work kept the machine's cores busier
 than during the baseline (:data:`BUSIER_CORES`): the run says so. The causes name what changed in the job, the most direct first:
 how fit runs (eager, XLA, steps per execution, batch), its input pipeline's stages, the model's
 size, the input's share of the step, new findings, then the environment (:mod:`.compare`).
@@ -51,6 +52,7 @@ class Check:
     limit: float  # the ratio allowed
     noise: float  # the ratio unchanged runs reach
     verdict: str = "pass"  # "pass", "within noise", "fail"
+    separated: bool | None = None  # steps: the run's lower quartile above the baseline's upper one (None: not known)
 
     @property
     def ratio(self) -> float:
@@ -123,8 +125,11 @@ def measure(a: Side, b: Side, limits: Limits) -> list[Check]:
     for name, p in calls_a.items():
         q = calls_b.get(name)
         if q is not None:
-            checks.append(Check(f"{name} step p50", "step", p.step_seconds_p50, q.step_seconds_p50, "s",
-                                1 + limits.max_slower, NOISE["step"]))
+            check_ = Check(f"{name} step p50", "step", p.step_seconds_p50, q.step_seconds_p50, "s",
+                           1 + limits.max_slower, NOISE["step"])
+            if p.step_seconds_p75 and q.step_seconds_p25:  # the step distributions (the digests' quartiles)
+                check_.separated = q.step_seconds_p25 > p.step_seconds_p75
+            checks.append(check_)
     sa, sb = a.report.summary, b.report.summary
     if sa.cpu_seconds > 0 and sb.cpu_seconds > 0:
         checks.append(Check("CPU time", "cpu", sa.cpu_seconds, sb.cpu_seconds, "CPU-s", 1 + limits.max_slower,
@@ -136,7 +141,7 @@ def measure(a: Side, b: Side, limits: Limits) -> list[Check]:
     for c in checks:
         if c.ratio > c.limit:
             comparable = c.measure == "memory" or busier is None or busier < BUSIER_CORES
-            c.verdict = "fail" if c.ratio > c.noise and comparable else "within noise"
+            c.verdict = "fail" if c.ratio > c.noise and comparable and c.separated is not False else "within noise"
     return checks
 
 

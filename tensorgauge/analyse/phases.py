@@ -128,7 +128,9 @@ def build_phases(events: list[Event], samples: SampleSeries | list[Sample], end:
         if digest.count:
             phase = phases[index]
             phase.steps = digest.count
+            phase.step_seconds_p25 = _round(digest.quantile(0.25))
             phase.step_seconds_p50 = _round(digest.quantile(0.5))
+            phase.step_seconds_p75 = _round(digest.quantile(0.75))
             phase.step_seconds_p95 = _round(digest.quantile(0.95))
             phase.step_seconds_max = _round(digest.seconds_max)
             phase.step_seconds_first = _round(_first_seconds(digest))
