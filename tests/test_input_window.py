@@ -151,6 +151,17 @@ def test_the_verdict_is_established_only_when_every_round_agrees():
     assert outlier["input_share_low"] < 0 and outlier["established"]
     # ... but not a 6% one.
     assert not ab_verdict(ab_event([0.0213, 0.0214, 0.0150, 0.0213, 0.0214], [0.02] * 5))["established"]
+    # A 31% cost (a serial Python map) with two rounds of five whose compute-only steps ran 2x slow
+    # beside the job's own map: three rounds agree, and a pooled share of 20% or more stands with them.
+    slow_map = ab_verdict(ab_event([0.0067, 0.0071, 0.0067, 0.0067, 0.0071], [0.0106, 0.0046, 0.0048, 0.0098, 0.0043]))
+    assert slow_map["input_share"] >= 0.2 and slow_map["established"]
+    # ... but three of five agreeing do not establish a pooled 12%.
+    assert not ab_verdict(ab_event([0.0067, 0.0067, 0.0067, 0.0067, 0.0067],
+                                   [0.0080, 0.0059, 0.0058, 0.0075, 0.0059]))["established"]
+    # A round with one compute-only step (the switch to the cached batch) is left out of the agreement.
+    switch = {"real_step_seconds": [[0.0068] * 8] * 5,
+              "compute_step_seconds": [[0.0072]] + [[0.0050] * 4] * 4}
+    assert ab_verdict(switch)["established"] and ab_verdict(switch)["rounds"] == 4
 
 
 def fit(cores=1.0, wall=10.0, p50=0.02):
