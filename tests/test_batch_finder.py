@@ -64,6 +64,17 @@ def test_small_batches_grow_four_times_and_the_data_caps_the_batch():
     assert result["recommended_batch_size"] == 5000 and max(trials.tried) == 5000
 
 
+def test_the_power_of_two_just_above_is_taken_within_85_percent_of_the_budget():
+    budget = 2000 * MiB
+    # The line allows (1600 - 700) / 3.6 = 250 -> 248; 256 peaks at 1621.6 MiB: within 85% (1700 MiB).
+    trials = FakeTrials(fixed=700 * MiB, per_example=3.6 * MiB)
+    result = search(trials, 32, budget)
+    assert result["recommended_batch_size"] == 256 and trials.tried[-2:] == [248, 256]
+    # Where the power of two above passes 85%, the multiple of 8 stays.
+    wide = FakeTrials(fixed=700 * MiB, per_example=8 * MiB)
+    assert search(wide, 32, budget)["recommended_batch_size"] == 112 and 128 not in wide.tried
+
+
 def test_the_line_and_the_largest_batch_within_it():
     trial = {"error": None, "seconds": 1.0}
     assert line([{**trial, "batch_size": 8, "peak_bytes": 180}, {**trial, "batch_size": 16, "peak_bytes": 260}]) == \
