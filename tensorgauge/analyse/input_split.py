@@ -79,7 +79,6 @@ T_CRITICAL = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36}
 
 AGREEING_ROUNDS = 4  # rounds whose agreement alone (each at least the threshold) establishes any cost
 MAJORITY = 0.6  # of the rounds, for a pooled share of four times the threshold
-MIN_COMPUTE_STEPS = 2  # compute-only steps a round needs to count in the agreement
 
 
 def ab_verdict(ab: dict) -> dict:
@@ -96,11 +95,7 @@ def ab_verdict(ab: dict) -> dict:
     pairs = [(r, c) for r, c in zip(real, compute) if r and c]
     step = statistics.median(t for r, _ in pairs for t in r) if pairs else 0.0
     limit = statistics.median(t for _, c in pairs for t in c) if pairs else 0.0
-    # A round with a single compute-only step is left out of the agreement (when others are there): that
-    # step carries the switch to the cached batch (the first round's one step ran 7.2 ms against 4-6 ms
-    # in the others, a -10% share that, with one more round caught out by a loaded machine, hid a 20% cost).
-    judged = [(r, c) for r, c in pairs if len(c) >= MIN_COMPUTE_STEPS] or pairs
-    shares = [1 - statistics.median(c) / statistics.median(r) for r, c in judged]
+    shares = [1 - statistics.median(c) / statistics.median(r) for r, c in pairs]
     share = max(0.0, 1 - limit / step) if step > 0 else 0.0
     # Fewer rounds are taken on their agreement alone only for a pooled share of twice the threshold;
     # a share of three times it also stands when all rounds but one (caught out by an epoch's end, say)
@@ -120,7 +115,7 @@ def ab_verdict(ab: dict) -> dict:
         verdict = "within noise: the rounds do not agree"
     else:
         verdict = f"no input cost above {INPUT_MODERATE:.0%} of the step"
-    return {"rounds": len(judged), "steps": sum(len(r) for r, _ in pairs),
+    return {"rounds": len(pairs), "steps": sum(len(r) for r, _ in pairs),
             "step_seconds": round(step, 7), "compute_only_step_seconds": round(limit, 7),
             "input_wait_seconds": round(max(0.0, step - limit), 7), "input_share": round(share, 4),
             "input_share_low": round(min(shares), 4) if shares else None,
