@@ -113,13 +113,13 @@ def pytest_runtest_call(item):
     if not item.config.getoption("tensorgauge"):
         return (yield)
     from tensorgauge.hook.batch_finder import PeakRss
-    from tensorgauge.hook.dataset_facts import rss_bytes
+    from tensorgauge.hook.channel import process_rss_bytes
     from tensorgauge.monitoring.inprocess import monitor
     from tensorgauge.units import format_bytes, format_seconds
 
     limits = Limits.of(item.get_closest_marker("tensorgauge"))
     store = item.config.getoption("tensorgauge_store")
-    start = rss_bytes() or 0
+    start = process_rss_bytes() or 0
     with monitor(name=f"pytest {item.nodeid}", store=store) as run, PeakRss() as peak:
         result = yield
     step, growth = _figures(store, run.run_id) if run.run_id else (None, None)

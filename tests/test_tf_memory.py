@@ -60,7 +60,11 @@ def test_kernel_oom_kill_gets_a_post_mortem(store_path, tg_cmd, tmp_path):
     report = RunReport.load(Store.open(store_path), "last")
     assert report.memory["end_cause"] == "oom_killer"
     pm = report.memory["post_mortem"]
-    assert pm["path"] == "fit > epoch 2" and 1 <= pm["steps_done"] <= 3  # steps are sent every 0.5 s
+    assert pm["path"] == "fit > epoch 2"
+    # Steps reach the monitor every 0.5 s: epoch 2's may not have arrived before the kill; then the
+    # count is the fit's (at least epoch 1's 157), said as such.
+    assert (pm["steps_phase"] == "epoch 2" and 1 <= pm["steps_done"] <= 3) or \
+        (pm["steps_phase"] == "fit" and pm["steps_done"] >= 157), pm
     assert pm["memory_breakdown"]["weights_bytes"] == json.loads((tmp_path / "counts.json").read_text())["weights"]
     assert pm["rss_bytes"] > 1000 << 20  # the peak before the kill, near the limit
     assert any(f.id == "out_of_memory" and "OOM killer" in f.title and "after at least" in f.title

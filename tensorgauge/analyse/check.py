@@ -193,8 +193,6 @@ def causes(a: Side, b: Side, new_findings: list[dict]) -> list[str]:
     for key, label in CONFIG:
         if key in ca and key in cb and ca[key] != cb[key] and not (ca[key] is None or cb[key] is None):
             out.append(f"{label}: {format_value(ca[key])} -> {format_value(cb[key])}")
-    if out and any("eager" in c for c in out):
-        out = [c for c in out if "eager" in c] + [c for c in out if "eager" not in c]
     sa, sb = _stages(ca), _stages(cb)
     if sa and sb and sa != sb:
         out.append(f"the input pipeline changed ({_stage_change(sa, sb)}): {' <- '.join(sa)} -> {' <- '.join(sb)}")

@@ -24,8 +24,7 @@ import threading
 import time
 
 from tensorgauge.hook.agent import agent
-from tensorgauge.hook.channel import channel
-from tensorgauge.hook.dataset_facts import rss_bytes
+from tensorgauge.hook.channel import channel, process_rss_bytes
 from tensorgauge.hook.listeners import FitCall, FitListener, on_fit
 from tensorgauge.hook.protocol import FIND_BATCH_ENV, Kind
 
@@ -51,13 +50,13 @@ class PeakRss:
     (which a C call holding the GIL can hide an allocation from)."""
 
     def __init__(self):
-        self.peak = rss_bytes() or 0
+        self.peak = process_rss_bytes() or 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def _watch(self) -> None:
         while not self._stop.wait(PEAK_EVERY_SECONDS):
-            self.peak = max(self.peak, rss_bytes() or 0)
+            self.peak = max(self.peak, process_rss_bytes() or 0)
 
     def __enter__(self) -> PeakRss:
         if not _reset_high_water():
@@ -71,7 +70,7 @@ class PeakRss:
             self._thread.join()
         else:
             self.peak = max(self.peak, high_water_bytes() or 0)
-        self.peak = max(self.peak, rss_bytes() or 0)
+        self.peak = max(self.peak, process_rss_bytes() or 0)
 
 
 def _reset_high_water() -> bool:

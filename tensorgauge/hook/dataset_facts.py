@@ -5,10 +5,9 @@
 from __future__ import annotations
 
 import functools
-import os
 import sys
 
-from tensorgauge.hook.channel import channel
+from tensorgauge.hook.channel import channel, process_rss_bytes
 from tensorgauge.hook.listeners import on_tensorflow
 from tensorgauge.hook.protocol import Kind
 
@@ -22,15 +21,6 @@ def nbytes(value) -> int:
     return int(getattr(value, "nbytes", 0) or 0)
 
 
-def rss_bytes() -> int | None:
-    """This process's RSS now, from /proc/self/statm (None where there is none)."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def patch_datasets(dataset_class) -> None:
     """Send the size of from_tensor_slices inputs (and the RSS the call added: TensorFlow's copies
     of them) and of the buffers of shuffle, prefetch and cache (never changes them)."""
@@ -39,10 +29,10 @@ def patch_datasets(dataset_class) -> None:
     if function is not None and not getattr(function, "__tensorgauge_wrapped__", None):
         @functools.wraps(function)
         def from_tensor_slices(tensors, *args, **kwargs):
-            before = rss_bytes()
+            before = process_rss_bytes()
             dataset = function(tensors, *args, **kwargs)
             try:
-                after = rss_bytes()
+                after = process_rss_bytes()
                 copied = max(0, after - before) if before is not None and after is not None else None
                 channel().emit(Kind.DATASET, op="from_tensor_slices", bytes=nbytes(tensors),
                                elements=int(dataset.cardinality()), copied_bytes=copied)
