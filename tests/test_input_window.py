@@ -122,6 +122,29 @@ def test_the_ab_keeps_its_cost_within_the_allowance_as_it_runs(monkeypatch, even
     assert "would cost more than the 0.40 s allowed" in event["skipped"] and "--diagnose" in event["skipped"]
 
 
+def test_the_making_of_the_cached_batch_is_paid_once_not_expected_of_every_round(monkeypatch, events):
+    """Taking the first batch from the job's pipeline cost 40-60% of the first excursion: estimating each
+    later round from it left a 29% input cost with two rounds on a loaded machine, and no verdict."""
+    clock = Clock()
+    monkeypatch.setattr(input_ab.time, "monotonic", clock)
+    monkeypatch.setattr("tensorgauge.hook.probes.time.monotonic", clock)
+
+    def slow_cached_input(x, y, batch_size, spec=None):
+        clock.now += 0.3
+        return "cached", "a real batch", [[64, 8]]
+
+    monkeypatch.setattr(input_ab, "cached_input", slow_cached_input)
+    model = FakeModel(clock, 0.01, 0.01)
+    ab = InputAB(model, (None, None, 64), 5, allowance_seconds=0.49, clock=clock)
+    for _ in range(300):
+        ab.on_step_begin()
+        model.train_function("real")
+    # The first excursion: 0.3 s, then all its steps (its third of the allowance is for steps); then
+    # 0.06 s a round: three fit (taking the first as the estimate, one: no verdict).
+    assert len(ab.compute) == 3 and ab.cost <= 0.49 and ab.measured
+    assert len(ab.compute[0]) == input_ab.PROBE_STEPS - input_ab._DROPPED
+
+
 def ab_event(real, compute):
     return {"real_step_seconds": [[r] * 10 for r in real], "compute_step_seconds": [[c] * 5 for c in compute]}
 

@@ -99,6 +99,8 @@ def test_a_prefetched_map_taking_the_cores_counts_as_input_bound_in_a_plain_run(
     truth = json.loads(truth_path.read_text())
     lost = 1 - truth["compute_only_step_seconds"] / truth["step_seconds"]
     assert lost > 0.15, truth  # the job's premise: its map costs the step
+    ab = [e.data for e in RunReport.load(Store.open(store_path), "last").events if e.kind == "input_ab"]
+    assert "input_bound" in found, (ab, truth)
     evidence = found["input_bound"].evidence
     measured = evidence["input_seconds_per_step"] / evidence["step_seconds"]
     assert 0.5 < measured / lost < 2.0, (evidence, truth)

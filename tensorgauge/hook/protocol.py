@@ -159,6 +159,7 @@ class InputAB(Common, total=False):
     allowance_seconds: float | None  # what the diagnosis may cost in this fit (None: unbounded, --diagnose)
     source: str  # where the cached batch comes from ("a real batch", the arrays' first rows, zeros)
     settle_steps: int  # the most untimed real steps after an excursion
+    setup_seconds: float  # the first excursion's making of the cached batch (in cost_seconds, paid once)
     excursions_before: list[list[float]]  # seconds before this event each excursion began and ended: the tool's pauses
     skipped: str  # why there is no A/B (a fit too short, the cost bound)
     error: str
