@@ -57,7 +57,8 @@ def _report(store_path: str | None, ref: str):
     from tensorgauge.analyse.run_report import RunReport
     from tensorgauge.store import Store
 
-    return RunReport.load(Store.open(store_path, create=False), ref)
+    with Store.open(store_path, create=False) as store:
+        return RunReport.load(store, ref)
 
 
 def _text(report) -> str:

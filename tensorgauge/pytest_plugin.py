@@ -97,11 +97,8 @@ def _figures(store_path: str | None, run_id: str) -> tuple[float | None, int | N
     from tensorgauge.analyse.run_report import RunReport
     from tensorgauge.store import Store
 
-    store = Store.open(store_path)
-    try:
+    with Store.open(store_path) as store:
         report = RunReport.load(store, run_id)
-    finally:
-        store.close()
     steps = [p.step_seconds_p50 for p in report.phases if p.step_seconds_p50]
     ends = [p.rss_end_bytes for p in model_calls(report.phases, ("fit", "predict", "evaluate")) if p.rss_end_bytes]
     rises = [b - a for a, b in zip(ends, ends[1:])]

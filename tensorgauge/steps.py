@@ -173,8 +173,9 @@ def _store_from_proto(proto):
     bins = [float(c) for c in proto.contiguousBinCounts]
     if bins:
         offset = int(proto.contiguousBinIndexOffset)
-        store.copy(SimpleNamespace(bins=bins, count=sum(bins), min_key=offset, max_key=offset + len(bins) - 1,
-                                   offset=offset))
+        # copy() reads only these attributes of the store it copies
+        store.copy(SimpleNamespace(bins=bins, count=sum(bins), min_key=offset,  # type: ignore[arg-type]
+                                   max_key=offset + len(bins) - 1, offset=offset))
     return store
 
 

@@ -3,8 +3,9 @@ in the files; an id no rule returns, or a cycle, is refused."""
 
 import pytest
 
-from tensorgauge.analyse import findings  # noqa: F401  (every rule registered)
+from tensorgauge.analyse import findings, rules
 from tensorgauge.analyse.rules import REGISTRY, Entry, ordered
+from tensorgauge.model import Finding, RunRecord
 
 
 def entry(name: str, ids: tuple[str, ...], after: tuple[str, ...] = ()) -> Entry:
@@ -33,3 +34,23 @@ def test_the_registered_rules_keep_their_declared_order():
         for read in e.after:
             assert order.index(read) < order.index(e.ids[0]), (e.ids, read)
     assert order.index("stalls") < order.index("cores_idle")  # declared, though registered after it
+
+
+def test_a_rule_sees_only_the_findings_it_declared(monkeypatch):
+    """What a rule reads is what it declares: one that reads an undeclared finding sees none, so its
+    result never hangs on the order the rules happen to be in."""
+    seen: dict[str, list[str]] = {}
+
+    def finding(id_: str):
+        def function(facts):
+            seen[id_] = [x.id for x in facts.found]
+            return Finding(id=id_, severity="low", title=id_, evidence={}, fix="")
+
+        function.__name__ = id_
+        return Entry((id_,), "performance", function, ("a",) if id_ == "declared" else ())
+
+    monkeypatch.setattr(rules, "REGISTRY", [finding("a"), finding("b"), finding("undeclared"), finding("declared")])
+    record = RunRecord(run_id="r", command=["x"], started_at="2026", wall_seconds=1.0, env={})
+    found = findings.find(record, [], [], [])
+    assert sorted(f.id for f in found) == ["a", "b", "declared", "undeclared"]
+    assert seen == {"a": [], "b": [], "undeclared": [], "declared": ["a"]}

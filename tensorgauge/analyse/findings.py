@@ -23,15 +23,17 @@ def find(record: RunRecord, samples: SampleSeries | list[Sample], events: list[E
     facts = RunFacts(record, series, list(events), list(phases), summary or summarise(record, series))
     if digests is not None:
         facts.step_digests = digests
+    found: list[Finding] = []
     for entry in ordered():
         if category is not None and entry.category != category:
             continue
+        facts.found = [x for x in found if x.id in entry.after]  # a rule reads only what it declared
         result = entry.function(facts)
         if result is None:
             continue
         for finding in [result] if isinstance(result, Finding) else list(result):
             if finding.id not in entry.ids:
                 raise AssertionError(f"rule {entry.function.__name__} returned unregistered id {finding.id!r}")
-            facts.found.append(finding)
+            found.append(finding)
     rank = {s: i for i, s in enumerate(SEVERITY_ORDER)}
-    return sorted(facts.found, key=lambda f: rank.get(f.severity, len(rank)))
+    return sorted(found, key=lambda f: rank.get(f.severity, len(rank)))

@@ -2,9 +2,9 @@
 
 A rule takes the :class:`RunFacts` of a recorded run and returns a
 :class:`~tensorgauge.model.Finding`, several, or None. A rule that reads other
-rules' findings (``facts.found``) declares them: ``@rule(..., after=(ids))``;
-:func:`ordered` runs every rule after those it reads, otherwise in the order
-they were registered, and refuses an id no rule returns or a cycle;
+rules' findings (``facts.found``) declares them: ``@rule(..., after=(ids))``, and
+sees only those; :func:`ordered` runs every rule after those it reads, otherwise
+in the order they were registered, and refuses an id no rule returns or a cycle;
 :mod:`.findings` runs them all and sorts the result by :data:`SEVERITY_ORDER`.
 Adding a finding: a function decorated with ``@rule("its_id", CATEGORY)`` in the
 module of its category, and a test.
@@ -36,7 +36,7 @@ class RunFacts:
     events: list[Event]
     phases: list[Phase]
     summary: Summary
-    found: list[Finding] = field(default_factory=list)  # what the rules before this one found
+    found: list[Finding] = field(default_factory=list)  # what the rules this one runs after (its ``after``) found
 
     def __post_init__(self) -> None:
         self.fit = main_fit(self.phases)

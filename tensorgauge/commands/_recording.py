@@ -100,63 +100,62 @@ def record(command: list[str], options: RecordOptions) -> tuple[int, str]:
         observers.append(exporter)
     if options.checkpoint and budget is not None and budget.max_memory_bytes is not None:
         _check_checkpoint_dir(options.checkpoint)  # now (before anything is made), not when the budget fires
-    store = open_store(options.store)
-    if store.read_only:  # before the job starts: every sample would be lost
-        raise TensorgaugeError(f"cannot record into {safe(store.location)}: it is read-only (a read-only file, "
-                               "folder or mount); give a writable store with --store")
-    checkpoint_dir = None
-    if budget is not None and budget.max_memory_bytes is not None:
-        checkpoint_dir = options.checkpoint or str(default_checkpoint_dir(store.data_dir, command))
-        _check_checkpoint_dir(checkpoint_dir)
-    err = console(stderr=True)
-    if options.diagnose == "always" and os.environ.get("TF_CONFIG") and not options.quiet:
-        err.print("[yellow]tensorgauge: note: --diagnose profiles 10 training steps; under "
-                  "MultiWorkerMirroredStrategy, TensorFlow 2.21 crashed a worker in that window in about 1 run "
-                  "in 12 here (a TensorFlow bug). Run without --diagnose where a crash costs you.[/yellow]")
+    with open_store(options.store) as store:  # closed however the run ends
+        if store.read_only:  # before the job starts: every sample would be lost
+            raise TensorgaugeError(f"cannot record into {safe(store.location)}: it is read-only (a read-only file, "
+                                   "folder or mount); give a writable store with --store")
+        checkpoint_dir = None
+        if budget is not None and budget.max_memory_bytes is not None:
+            checkpoint_dir = options.checkpoint or str(default_checkpoint_dir(store.data_dir, command))
+            _check_checkpoint_dir(checkpoint_dir)
+        err = console(stderr=True)
+        if options.diagnose == "always" and os.environ.get("TF_CONFIG") and not options.quiet:
+            err.print("[yellow]tensorgauge: note: --diagnose profiles 10 training steps; under "
+                      "MultiWorkerMirroredStrategy, TensorFlow 2.21 crashed a worker in that window in about 1 run "
+                      "in 12 here (a TensorFlow bug). Run without --diagnose where a crash costs you.[/yellow]")
 
-    def started(run_record) -> None:
-        if not options.quiet:
-            _say(err, f"[dim]tensorgauge: recording run {run_record.run_id} every {options.interval_seconds:g} s "
-                      f"into {safe(store.location)}[/dim]")
-        if exporter is not None:
-            exporter.start(run_record)
+        def started(run_record) -> None:
             if not options.quiet:
-                _say(err, f"[dim]tensorgauge: Prometheus metrics on http://{exporter.host}:{exporter.port}/metrics[/dim]")
-        if options.live and err.is_terminal:
-            from tensorgauge.live.view import LiveView
+                _say(err, f"[dim]tensorgauge: recording run {run_record.run_id} every {options.interval_seconds:g} s "
+                          f"into {safe(store.location)}[/dim]")
+            if exporter is not None:
+                exporter.start(run_record)
+                if not options.quiet:
+                    _say(err, f"[dim]tensorgauge: Prometheus metrics on http://{exporter.host}:{exporter.port}/metrics[/dim]")
+            if options.live and err.is_terminal:
+                from tensorgauge.live.view import LiveView
 
-            cores = float((run_record.env.get("host") or {}).get("cores_allowed") or 1)
-            observers.append(LiveView(err, run_record.run_id, cores))
+                cores = float((run_record.env.get("host") or {}).get("cores_allowed") or 1)
+                observers.append(LiveView(err, run_record.run_id, cores))
 
-    try:
-        result = run(command, store, interval_seconds=options.interval_seconds, name=options.name,
-                     hook=options.hook, on_start=started, budget=budget, checkpoint_dir=checkpoint_dir,
-                     diagnose=options.diagnose, observers=observers, job=options.job,
-                     report=lambda line: _say(err, f"tensorgauge: warning: {line}", markup=False),
-                     keep_job_on_failure=options.keep_job_on_failure, extra_env=options.extra_env,
-                     stop_grace_seconds=options.stop_grace_seconds)
-    finally:
-        for observer in observers:
-            observer.close()
-    if result.warning:
+        try:
+            result = run(command, store, interval_seconds=options.interval_seconds, name=options.name,
+                         hook=options.hook, on_start=started, budget=budget, checkpoint_dir=checkpoint_dir,
+                         diagnose=options.diagnose, observers=observers, job=options.job,
+                         report=lambda line: _say(err, f"tensorgauge: warning: {line}", markup=False),
+                         keep_job_on_failure=options.keep_job_on_failure, extra_env=options.extra_env,
+                         stop_grace_seconds=options.stop_grace_seconds)
+        finally:
+            for observer in observers:
+                observer.close()
+        if result.warning:
+            return result.exit_code, result.record.run_id
+        record_ = result.record
+        try:  # analysed once, now, and stored with the run: reading it later costs the same however long it ran
+            analysed = RunReport.load(store, record_.run_id)
+            if options.json_path:
+                write_json(analysed.to_dict(), options.json_path)
+        except TensorgaugeError as exc:  # the job's exit code stands; the run is in the store
+            _say(err, f"tensorgauge: warning: {safe(str(exc))} (the run is stored: tensorgauge show "
+                      f"{record_.run_id} --json)", markup=False)
+        if not options.quiet:  # from what the monitor saw: no reading back, however long the run
+            from tensorgauge.render.terminal import outcome
+            from tensorgauge.units import format_bytes, format_seconds
+
+            wall = record_.wall_seconds or 0.0
+            cpu = record_.cpu_seconds_total or 0.0
+            _say(err, f"[dim]tensorgauge: run {record_.run_id}: {outcome(record_)}, {format_seconds(wall)} wall, "
+                      f"{cpu:.2f} CPU-s, {cpu / wall if wall > 0 else 0.0:.2f} cores mean, RSS peak "
+                      f"{format_bytes(result.rss_peak_bytes)}, {result.phases} phases — tensorgauge show "
+                      f"{record_.run_id}[/dim]")
         return result.exit_code, result.record.run_id
-    record_ = result.record
-    try:  # analysed once, now, and stored with the run: reading it later costs the same however long it ran
-        analysed = RunReport.load(store, record_.run_id)
-        if options.json_path:
-            write_json(analysed.to_dict(), options.json_path)
-    except TensorgaugeError as exc:  # the job's exit code stands; the run is in the store
-        _say(err, f"tensorgauge: warning: {safe(str(exc))} (the run is stored: tensorgauge show "
-                  f"{record_.run_id} --json)", markup=False)
-    if not options.quiet:  # from what the monitor saw: no reading back, however long the run
-        from tensorgauge.render.terminal import outcome
-        from tensorgauge.units import format_bytes, format_seconds
-
-        wall = record_.wall_seconds or 0.0
-        cpu = record_.cpu_seconds_total or 0.0
-        _say(err, f"[dim]tensorgauge: run {record_.run_id}: {outcome(record_)}, {format_seconds(wall)} wall, "
-                  f"{cpu:.2f} CPU-s, {cpu / wall if wall > 0 else 0.0:.2f} cores mean, RSS peak "
-                  f"{format_bytes(result.rss_peak_bytes)}, {result.phases} phases — tensorgauge show "
-                  f"{record_.run_id}[/dim]")
-    store.close()
-    return result.exit_code, result.record.run_id

@@ -49,6 +49,32 @@ def open_store(location: str | None, create: bool = True) -> Store:
     return store
 
 
+class CommandStore:
+    """The store of one command: opened at its first use (a command given only bundle files never opens
+    it), once, and closed when the command ends::
+
+        with CommandStore(location) as stores:
+            report = RunReport.load(stores.get(), ref)
+    """
+
+    def __init__(self, location: str | None, create: bool = False):
+        self.location, self.create = location, create
+        self._store: Store | None = None
+
+    def get(self) -> Store:
+        if self._store is None:
+            self._store = open_store(self.location, create=self.create)
+        return self._store
+
+    def __enter__(self) -> CommandStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+
 def write_text(text: str, destination: str) -> None:
     """``text`` to stdout (``-``) or a file; an unwritable file is one line."""
     from tensorgauge.render.text import printable
@@ -110,7 +136,7 @@ def analyse_bundle(bundle, where: str):
                           f"({type(exc).__name__}: {str(exc)[:120]})") from None
 
 
-def load_side(store_location: str | None, ref: str) -> Side:
+def load_side(stores: CommandStore, ref: str) -> Side:
     """A run (id, prefix, name) from the store, or a bundle file, analysed for a comparison."""
     from tensorgauge.analyse.compare import Side
     from tensorgauge.analyse.run_report import RunReport
@@ -118,7 +144,7 @@ def load_side(store_location: str | None, ref: str) -> Side:
 
     if Path(ref).is_file():
         return Side(Path(ref).name, analyse_bundle(read(ref), ref))
-    report = RunReport.load(open_store(store_location, create=False), ref)
+    report = RunReport.load(stores.get(), ref)
     return Side(report.record.name or report.record.run_id, report)
 
 
@@ -140,24 +166,24 @@ def window(report, start: float | None, end: float | None) -> tuple[float, float
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")  # a baseline name
 
 
-def baseline_folder(store: str | None) -> Path:
-    return open_store(store, create=False).data_dir / "baselines"
+def baseline_folder(stores: CommandStore) -> Path:
+    return stores.get().data_dir / "baselines"
 
 
-def baseline_path(store: str | None, name: str) -> Path:
+def baseline_path(stores: CommandStore, name: str) -> Path:
     from tensorgauge.render.text import plain
 
     if not NAME.fullmatch(name):
         raise TensorgaugeError(f"baseline name {plain(name)!r}: use letters, digits, '.', '_' and '-' "
                                "(at most 100, not starting with a dot)")
-    return baseline_folder(store) / f"{name}.json"
+    return baseline_folder(stores) / f"{name}.json"
 
 
-def resolve_baseline(store: str | None, ref: str) -> str:
+def resolve_baseline(stores: CommandStore, ref: str) -> str:
     """A named baseline's bundle file, else ``ref`` as it is (a bundle file or a run)."""
     if NAME.fullmatch(ref) and not Path(ref).is_file():
         try:
-            path = baseline_path(store, ref)
+            path = baseline_path(stores, ref)
         except TensorgaugeError:
             return ref
         if path.is_file():

@@ -3,16 +3,22 @@
 
 from __future__ import annotations
 
-from tensorgauge.commands._shared import baseline_folder, baseline_path, open_store
+from tensorgauge.commands._shared import CommandStore, baseline_folder, baseline_path
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.render.text import plain
 
 
 def baseline(store: str | None, action: str, name: str | None = None, run: str | None = None) -> int:
+    with CommandStore(store) as stores:
+        return _baseline(stores, action, name, run)
+
+
+def _baseline(stores: CommandStore, action: str, name: str | None, run: str | None) -> int:
     from tensorgauge.store.bundle import export_run
 
     if action == "list":
-        found = sorted(baseline_folder(store).glob("*.json")) if baseline_folder(store).is_dir() else []
+        folder = baseline_folder(stores)
+        found = sorted(folder.glob("*.json")) if folder.is_dir() else []
         for path in found:
             print(f"{path.stem}\t{path}")
         if not found:
@@ -20,7 +26,7 @@ def baseline(store: str | None, action: str, name: str | None = None, run: str |
         return 0
     if not name:
         raise TensorgaugeError(f"baseline {action} takes a NAME")
-    path = baseline_path(store, name)
+    path = baseline_path(stores, name)
     if action == "rm":
         if not path.is_file():
             raise TensorgaugeError(f"no baseline named {plain(name)}")
@@ -29,7 +35,7 @@ def baseline(store: str | None, action: str, name: str | None = None, run: str |
         return 0
     if not run:
         raise TensorgaugeError("baseline save takes a NAME and a RUN")
-    bundle = export_run(open_store(store, create=False), run)
+    bundle = export_run(stores.get(), run)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".json.partial")
     bundle.write(partial)

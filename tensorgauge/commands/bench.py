@@ -36,10 +36,10 @@ def bench(store: str | None, quick: bool = False, output: str | None = None) -> 
 
     if output:
         check_output(output, store)
-    opened = open_store(store)
-    report = run_bench(opened, quick=quick)
-    render_bench(console(), bench_results(report.events, report.phases), report.record.run_id)
-    out = output or f"tensorgauge-bench-{report.record.run_id}.json"
-    export_run(opened, report.record.run_id).write(out)
+    with open_store(store) as opened:
+        report = run_bench(opened, quick=quick)
+        render_bench(console(), bench_results(report.events, report.phases), report.record.run_id)
+        out = output or f"tensorgauge-bench-{report.record.run_id}.json"
+        export_run(opened, report.record.run_id).write(out)
     console().print(f"bundle: {out}  (compare it with: tensorgauge compare {out} OTHER)")
     return 0

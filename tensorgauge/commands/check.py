@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from tensorgauge.commands._shared import load_side, resolve_baseline, write_text
+from tensorgauge.commands._shared import CommandStore, load_side, resolve_baseline, write_text
 from tensorgauge.errors import TensorgaugeError
 
 
@@ -75,8 +75,9 @@ def check(store: str | None, run: str, against: str, max_slower: str | None = No
     if max_memory_growth is not None:
         limits.max_memory_growth = _share(max_memory_growth, "--max-memory-growth") or 0.0
     limits.no_new_findings = no_new_findings
-    baseline = load_side(store, resolve_baseline(store, against))
-    current = load_side(store, run)
+    with CommandStore(store) as stores:
+        baseline = load_side(stores, resolve_baseline(stores, against))
+        current = load_side(stores, run)
     result = check_sides(baseline, current, limits)
     if not result.checks:
         raise TensorgaugeError(f"nothing to check: {current.label} and {baseline.label} share no fit, evaluate or "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tensorgauge.commands._shared import console, load_side, open_store, write_text
+from tensorgauge.commands._shared import CommandStore, console, load_side, open_store, write_text
 from tensorgauge.errors import TensorgaugeError
 
 
@@ -17,7 +17,8 @@ def compare(store: str | None, a: str | None, b: str | None, json_path: str | No
         return _compare_job(store, job, json_path)
     if not a or not b:
         raise TensorgaugeError("compare takes two runs or bundles (A B), or --job JOB")
-    comparison = compare_sides(load_side(store, a), load_side(store, b))
+    with CommandStore(store) as stores:
+        comparison = compare_sides(load_side(stores, a), load_side(stores, b))
     if json_path:
         write_text(json.dumps(comparison.to_dict(), indent=2), json_path)
         return 0
@@ -30,13 +31,13 @@ def _compare_job(store: str | None, job: str, json_path: str | None) -> int:
     from tensorgauge.analyse.straggler import straggler, worker_row
     from tensorgauge.render.compare import render_job
 
-    opened = open_store(store, create=False)
-    records = [r for r in opened.runs() if r.job_id == job]
-    if not records:
-        jobs = sorted({r.job_id for r in opened.runs() if r.job_id})
-        raise TensorgaugeError(f"no runs of job '{job}' in {opened.location}"
-                               + (f" (jobs: {', '.join(jobs[-5:])})" if jobs else ""))
-    rows = sorted((worker_row(RunReport.load(opened, r.run_id)) for r in records), key=lambda w: w.worker)
+    with open_store(store, create=False) as opened:
+        records = [r for r in opened.runs() if r.job_id == job]
+        if not records:
+            jobs = sorted({r.job_id for r in opened.runs() if r.job_id})
+            raise TensorgaugeError(f"no runs of job '{job}' in {opened.location}"
+                                   + (f" (jobs: {', '.join(jobs[-5:])})" if jobs else ""))
+        rows = sorted((worker_row(RunReport.load(opened, r.run_id)) for r in records), key=lambda w: w.worker)
     finding = straggler(rows)
     if json_path:
         write_text(json.dumps({"schema": "tensorgauge.job/1", "job": job, "workers": [w.to_dict() for w in rows],

@@ -23,8 +23,8 @@ def demo(store: str | None, scenario: str = "default", json_path: str | None = N
     name = "demo" if scenario == "default" else f"scenario {scenario}"
     options = RecordOptions(store=store, name=name, json_path=json_path, diagnose="auto" if scenario == "default" else "always")
     exit_code, run_id = record([sys.executable, "-m", module], options)
-    opened = open_store(store, create=False)
-    report = RunReport.load(opened, run_id)
+    with open_store(store, create=False) as opened:
+        report, data_dir = RunReport.load(opened, run_id), opened.data_dir
     console().print()
     render_run(console(), report)
     if importlib.util.find_spec("vl_convert") is None:
@@ -33,7 +33,7 @@ def demo(store: str | None, scenario: str = "default", json_path: str | None = N
         return exit_code
     from tensorgauge.render.html import run_page
 
-    page = opened.data_dir / "reports" / f"{run_id}.html"
+    page = data_dir / "reports" / f"{run_id}.html"
     try:
         page.parent.mkdir(parents=True, exist_ok=True)
         page.write_text(run_page(report))

@@ -10,7 +10,8 @@ def export(store: str | None, ref: str, output: str) -> int:
     from tensorgauge.store.bundle import export_run
 
     check_output(output, store)
-    bundle = export_run(open_store(store, create=False), ref)
+    with open_store(store, create=False) as opened:
+        bundle = export_run(opened, ref)
     bundle.write(output)
     if output != "-":  # stdout holds the bundle
         print(f"exported {bundle.record.run_id} to {plain(output)}")

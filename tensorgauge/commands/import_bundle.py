@@ -13,6 +13,7 @@ def import_bundle(store: str | None, path: str) -> int:
     bundle = read(path)  # every field checked before the store is touched
     report = analyse_bundle(bundle, path)  # ... and the run analysed once, stored with it: the first show reads it
     analysis = (analysis_key(bundle.record), report.analysis()) if bundle.record.complete else None
-    run_id = store_bundle(open_store(store), bundle, analysis)
+    with open_store(store) as opened:
+        run_id = store_bundle(opened, bundle, analysis)
     print(f"imported {run_id}")
     return 0

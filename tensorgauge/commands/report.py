@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tensorgauge.commands._shared import check_output, load_side, open_store, window, write_text
+from tensorgauge.commands._shared import CommandStore, check_output, load_side, window, write_text
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.render.text import plain
 
@@ -16,14 +16,15 @@ def report(store: str | None, refs: list[str], output: str, start: float | None 
     if len(refs) > 1 and (start is not None or end is not None):
         raise TensorgaugeError("--from/--to draw a stretch of one run: give one run")
     check_output(output, store)
-    sides = [load_side(store, ref) for ref in refs]
-    if start is not None or end is not None:
-        from tensorgauge.analyse import timeline
+    with CommandStore(store) as stores:
+        sides = [load_side(stores, ref) for ref in refs]
+        if start is not None or end is not None:
+            from tensorgauge.analyse import timeline
 
-        run = sides[0].report
-        first, last = window(run, start, end)
-        samples = open_store(store, create=False).series(run.record.run_id, first, last)
-        run.timeline = timeline.window(samples, run.timeline, first, last)
+            run = sides[0].report
+            first, last = window(run, start, end)
+            samples = stores.get().series(run.record.run_id, first, last)
+            run.timeline = timeline.window(samples, run.timeline, first, last)
     if len(sides) == 1:
         page = run_page(sides[0].report)
     else:

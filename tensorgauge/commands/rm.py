@@ -6,9 +6,9 @@ from tensorgauge.commands._shared import open_store
 
 
 def rm(store: str | None, refs: list[str]) -> int:
-    opened = open_store(store, create=False)
-    run_ids = list(dict.fromkeys(opened.run_id_of(ref) for ref in refs))  # a damaged record can go too
-    for run_id in run_ids:
-        opened.delete_run(run_id)
-        print(f"removed {run_id}")
+    with open_store(store, create=False) as opened:
+        run_ids = list(dict.fromkeys(opened.run_id_of(ref) for ref in refs))  # a damaged record can go too
+        for run_id in run_ids:
+            opened.delete_run(run_id)
+            print(f"removed {run_id}")
     return 0

@@ -46,7 +46,7 @@ def parse_backends(text: str) -> list[str]:
 def _backends(command: list[str], options: RecordOptions, text: str) -> int:
     """The job once per backend (``KERAS_BACKEND``), each a stored run; then each compared with the first."""
     from tensorgauge.analyse.compare import compare
-    from tensorgauge.commands._shared import load_side
+    from tensorgauge.commands._shared import CommandStore, load_side
     from tensorgauge.render.compare import render_compare
 
     names = parse_backends(text)
@@ -64,10 +64,11 @@ def _backends(command: list[str], options: RecordOptions, text: str) -> int:
             f"tensorgauge show {run_id}")
     done = [(b, run_id) for b, code, run_id in runs if code == 0]
     comparisons = []
-    for _, run_id in done[1:]:
-        comparison = compare(load_side(options.store, done[0][1]), load_side(options.store, run_id))
-        comparisons.append(comparison)
-        render_compare(console(), comparison)
+    with CommandStore(options.store) as stores:
+        for _, run_id in done[1:]:
+            comparison = compare(load_side(stores, done[0][1]), load_side(stores, run_id))
+            comparisons.append(comparison)
+            render_compare(console(), comparison)
     if options.json_path:
         write_text(json.dumps({"schema": "tensorgauge.backends/1",
                                "runs": [{"backend": b, "exit_code": code, "run_id": run_id} for b, code, run_id in runs],
@@ -81,8 +82,8 @@ def _try_fixes(command: list[str], options: RecordOptions) -> int:
     from tensorgauge.render.terminal import render_trials
 
     resolve_command(command)
-    store = open_store(options.store)
-    trials = try_fixes(command, store, progress=progress_printer())
+    with open_store(options.store) as store:
+        trials = try_fixes(command, store, progress=progress_printer())
     render_trials(console(), trials)
     if options.json_path:
         write_text(json.dumps(trials.to_dict(), indent=2), options.json_path)
@@ -114,9 +115,8 @@ def _find_batch_size(command: list[str], options: RecordOptions) -> int:
     env = {**(options.extra_env or {}), FIND_BATCH_ENV: str(budget)}
     code, run_id = record(command, dataclasses.replace(options, name=options.name or "find batch size",
                                                        extra_env=env))
-    store = open_store(options.store)
-    report = RunReport.load(store, run_id)
-    store.close()
+    with open_store(options.store) as store:
+        report = RunReport.load(store, run_id)
     search = report.memory.get("batch_size_search")
     if search is None:
         raise TensorgaugeError("the job ended before its first fit: there was nothing to try "

@@ -16,9 +16,9 @@ def runs(store: str | None) -> int:
     if not is_url(location) and not Path(location).exists():
         render_runs(console(), [], {})
         return 0
-    opened = open_store(store, create=False)
     damaged: list[tuple[str, str]] = []
-    render_runs(console(), opened.runs(damaged), opened.peaks())
+    with open_store(store, create=False) as opened:
+        render_runs(console(), opened.runs(damaged), opened.peaks())
     for run_id, why in damaged:
         print(f"tensorgauge: skipped run {run_id}: {why}", file=sys.stderr)
     return 0

@@ -11,21 +11,21 @@ def show(store: str | None, ref: str, json_path: str | None = None, start: float
     from tensorgauge.analyse.run_report import RunReport
     from tensorgauge.render.terminal import render_run, render_window
 
-    runs = open_store(store, create=False)
-    report = RunReport.load(runs, ref)
-    if start is not None or end is not None:
-        first, last = window(report, start, end)
-        samples = runs.samples(report.record.run_id, first, last)
+    with open_store(store, create=False) as runs:
+        report = RunReport.load(runs, ref)
+        if start is not None or end is not None:
+            first, last = window(report, start, end)
+            samples = runs.samples(report.record.run_id, first, last)
+            if json_path:
+                write_json({"run_id": report.record.run_id, "from_seconds": first, "to_seconds": last,
+                            "samples": [s.to_dict() for s in samples]}, json_path)
+                if json_path == "-":
+                    return 0
+            render_window(console(), report, samples, first, last)
+            return 0
         if json_path:
-            write_json({"run_id": report.record.run_id, "from_seconds": first, "to_seconds": last,
-                        "samples": [s.to_dict() for s in samples]}, json_path)
+            write_json(report.to_dict(), json_path)
             if json_path == "-":
                 return 0
-        render_window(console(), report, samples, first, last)
+        render_run(console(), report)
         return 0
-    if json_path:
-        write_json(report.to_dict(), json_path)
-        if json_path == "-":
-            return 0
-    render_run(console(), report)
-    return 0

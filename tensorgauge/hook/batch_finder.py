@@ -27,6 +27,7 @@ from tensorgauge.hook.agent import agent
 from tensorgauge.hook.channel import channel, process_rss_bytes
 from tensorgauge.hook.listeners import FitCall, FitListener, on_fit
 from tensorgauge.hook.protocol import FIND_BATCH_ENV, Kind
+from tensorgauge.hook.wrapping import innermost, original_of
 
 TRIAL_STEPS = 6  # a trial's steps: the first traces the step for the new shape; the peak over all
 # Of the budget: under its soft line (90%: a graceful stop), with room for what a short trial misses (an LSTM's
@@ -96,11 +97,8 @@ def high_water_bytes() -> int | None:
 
 def original_fit(model):
     """Keras' own ``fit`` under tensorgauge's wrapper (trials add no phases, listeners or callbacks)."""
-    for cls in type(model).__mro__:
-        fit = cls.__dict__.get("fit")
-        if fit is not None and getattr(fit, "__tensorgauge_wrapped__", None) is not None:
-            return fit.__tensorgauge_wrapped__
-    return type(model).fit
+    wrapped = (cls.__dict__["fit"] for cls in type(model).__mro__ if original_of(cls.__dict__.get("fit")) is not None)
+    return innermost(next(wrapped, type(model).fit))
 
 
 def rows_of(x) -> int | None:

@@ -10,6 +10,9 @@ import sys
 from tensorgauge.hook.channel import channel, process_rss_bytes
 from tensorgauge.hook.listeners import on_tensorflow
 from tensorgauge.hook.protocol import Kind
+from tensorgauge.hook.wrapping import wrap_once
+
+FEATURE = "dataset_facts"  # the mark on its wrappers
 
 
 def nbytes(value) -> int:
@@ -24,9 +27,7 @@ def nbytes(value) -> int:
 def patch_datasets(dataset_class) -> None:
     """Send the size of from_tensor_slices inputs (and the RSS the call added: TensorFlow's copies
     of them) and of the buffers of shuffle, prefetch and cache (never changes them)."""
-    original_slices = dataset_class.__dict__.get("from_tensor_slices")
-    function = getattr(original_slices, "__func__", None)
-    if function is not None and not getattr(function, "__tensorgauge_wrapped__", None):
+    def slices_facts(function):
         @functools.wraps(function)
         def from_tensor_slices(tensors, *args, **kwargs):
             before = process_rss_bytes()
@@ -40,8 +41,9 @@ def patch_datasets(dataset_class) -> None:
                 pass
             return dataset
 
-        from_tensor_slices.__tensorgauge_wrapped__ = function  # type: ignore[attr-defined]
-        dataset_class.from_tensor_slices = staticmethod(from_tensor_slices)
+        return from_tensor_slices
+
+    wrap_once(dataset_class, "from_tensor_slices", slices_facts, by=FEATURE)
 
     _wrap_buffer(dataset_class, "shuffle", _shuffle_facts)
     _wrap_buffer(dataset_class, "prefetch", _prefetch_facts)
@@ -124,22 +126,21 @@ def _cache_facts(self, filename="", *args, **kwargs) -> dict | None:
 
 def _wrap_buffer(dataset_class, name: str, facts) -> None:
     """Send ``facts(self, *args)`` when the pipeline stage ``name`` is added (never changes it)."""
-    original = dataset_class.__dict__.get(name)
-    if original is None or getattr(original, "__tensorgauge_wrapped__", None):
-        return
 
-    @functools.wraps(original)
-    def wrapper(self, *args, **kwargs):
-        try:
-            payload = facts(self, *args, **kwargs)
-            if payload is not None:
-                channel().emit(Kind.DATASET, **payload)
-        except Exception:
-            pass
-        return original(self, *args, **kwargs)
+    def told(original):
+        @functools.wraps(original)
+        def wrapper(self, *args, **kwargs):
+            try:
+                payload = facts(self, *args, **kwargs)
+                if payload is not None:
+                    channel().emit(Kind.DATASET, **payload)
+            except Exception:
+                pass
+            return original(self, *args, **kwargs)
 
-    wrapper.__tensorgauge_wrapped__ = original  # type: ignore[attr-defined]
-    setattr(dataset_class, name, wrapper)
+        return wrapper
+
+    wrap_once(dataset_class, name, told, by=FEATURE)
 
 
 @on_tensorflow

@@ -31,6 +31,7 @@ import weakref
 from tensorgauge.hook.channel import channel, process_rss_bytes
 from tensorgauge.hook.listeners import FitCall, FitListener, on_fit, on_tensorflow
 from tensorgauge.hook.protocol import DIAGNOSE_ENV, WINDOW_ENV, Kind
+from tensorgauge.hook.wrapping import wrap_once
 
 
 def mode() -> str:
@@ -123,6 +124,7 @@ def _inspect_dataset(tf, model) -> bool:
     return strategy is None or not tf.distribute.has_strategy() and type(strategy).__name__.startswith("_Default")
 
 
+FEATURE = "diagnose"  # the mark on its wrappers (traces, eager gradients)
 RANDOM_OPS = ("Random", "Multinomial", "TruncatedNormal")  # op types containing these draw random numbers
 PYTHON_OPS = ("PyFunc", "EagerPyFunc", "NumpyFunction")
 
@@ -284,10 +286,11 @@ def patch_tracing() -> None:
     ``trace`` event names the function, whose code it is, how many times this instance of it
     has been traced and what the trace cost in time and memory."""
     module = sys.modules.get("tensorflow.python.eager.polymorphic_function.tracing_compilation")
-    original = getattr(module, "_create_concrete_function", None)
-    if original is None or getattr(original, "__tensorgauge_wrapped__", None):
-        return
+    if module is not None:
+        wrap_once(module, "_create_concrete_function", _traced, by=FEATURE)
 
+
+def _traced(original):
     @functools.wraps(original)
     def traced(function_type, type_context, func_graph, tracing_options):
         start, rss = time.perf_counter(), process_rss_bytes()
@@ -307,36 +310,33 @@ def patch_tracing() -> None:
             except Exception:
                 pass
 
-    traced.__tensorgauge_wrapped__ = original  # type: ignore[attr-defined]
-    module._create_concrete_function = traced  # type: ignore[union-attr]
+    return traced
 
 
 def patch_eager_gradients(tf) -> None:
     """Count ``GradientTape.gradient`` calls made eagerly (a tf.function only calls it while tracing)."""
-    tape_class = tf.GradientTape
-    original = tape_class.gradient
-    if getattr(original, "__tensorgauge_wrapped__", None):
-        return
     executing_eagerly = tf.executing_eagerly
     state = {"count": 0, "first": 0.0, "next": 8}
 
-    @functools.wraps(original)
-    def gradient(self, *args, **kwargs):
-        if executing_eagerly():
-            state["count"] += 1
-            if state["count"] == 1:
-                state["first"] = time.monotonic()
-            elif state["count"] == state["next"]:
-                state["next"] *= 2
-                try:
-                    channel().emit(Kind.EAGER_GRADIENTS, count=state["count"],
-                                   seconds=time.monotonic() - state["first"])
-                except Exception:
-                    pass
-        return original(self, *args, **kwargs)
+    def counted(original):
+        @functools.wraps(original)
+        def gradient(self, *args, **kwargs):
+            if executing_eagerly():
+                state["count"] += 1
+                if state["count"] == 1:
+                    state["first"] = time.monotonic()
+                elif state["count"] == state["next"]:
+                    state["next"] *= 2
+                    try:
+                        channel().emit(Kind.EAGER_GRADIENTS, count=state["count"],
+                                       seconds=time.monotonic() - state["first"])
+                    except Exception:
+                        pass
+            return original(self, *args, **kwargs)
 
-    gradient.__tensorgauge_wrapped__ = original  # type: ignore[attr-defined]
-    tape_class.gradient = gradient
+        return gradient
+
+    wrap_once(tf.GradientTape, "gradient", counted, by=FEATURE, inherited=True)
 
 
 @on_fit

@@ -20,6 +20,7 @@ import time
 from tensorgauge.hook.channel import channel
 from tensorgauge.hook.listeners import FitCall, FitListener, on_fit
 from tensorgauge.hook.protocol import Kind
+from tensorgauge.hook.wrapping import wrap_once
 
 TIMED_BACKENDS = ("jax", "torch")
 
@@ -72,7 +73,6 @@ def _timed(original):
             self._tensorgauge_clock = clock
         return TimedIterator(iter(iterable), clock) if clock is not None else iterable
 
-    _get_iterator._tensorgauge_timed = True
     return _get_iterator
 
 
@@ -89,10 +89,8 @@ def patch_epoch_iterators() -> None:
     from keras.src.trainers.epoch_iterator import EpochIterator
 
     for cls in _subclasses(EpochIterator):
-        own = cls.__dict__.get("_get_iterator")
-        if own is None or "tensorflow" in cls.__module__ or getattr(own, "_tensorgauge_timed", False):
-            continue
-        cls._get_iterator = _timed(own)
+        if "tensorflow" not in cls.__module__:
+            wrap_once(cls, "_get_iterator", _timed, by="fit_input")
 
 
 class _InputTimer(FitListener):

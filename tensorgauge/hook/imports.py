@@ -55,7 +55,7 @@ class ImportWatcher:
         loader = spec.loader
         if loader is not None and hasattr(loader, "exec_module"):
             try:
-                loader.exec_module = self._wrap(fullname, loader, loader.exec_module)
+                setattr(loader, "exec_module", self._wrap(fullname, loader, loader.exec_module))  # noqa: B010
             except (AttributeError, TypeError):  # a loader with __slots__: leave it be
                 pass
         return spec

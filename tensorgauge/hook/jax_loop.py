@@ -25,8 +25,9 @@ from tensorgauge.hook.channel import channel
 from tensorgauge.hook.diagnose import function_origin
 from tensorgauge.hook.listeners import on_keras
 from tensorgauge.hook.protocol import Kind
+from tensorgauge.hook.wrapping import wrap_once
 
-_MARK = "__tensorgauge_wrapped__"
+FEATURE = "jax_loop"  # the mark on its wrapper of jax.jit
 
 
 class JittedStep:
@@ -99,13 +100,11 @@ def _wrap_jit(jit):
         except Exception:
             return jitted
 
-    setattr(jit_, _MARK, jit)
     return jit_
 
 
 @on_keras
 def _patch_jax(keras) -> None:
     jax = sys.modules.get("jax")
-    if jax is None or getattr(jax.jit, _MARK, None) is not None:
-        return
-    jax.jit = _wrap_jit(jax.jit)  # type: ignore[attr-defined]
+    if jax is not None:
+        wrap_once(jax, "jit", _wrap_jit, by=FEATURE)

@@ -19,6 +19,7 @@ from tensorgauge.hook.dataset_facts import nbytes
 from tensorgauge.hook.listeners import FitCall, FitListener, on_fit
 from tensorgauge.hook.placement import variable_bytes, variable_device
 from tensorgauge.hook.protocol import Kind
+from tensorgauge.hook.wrapping import wrap_once
 
 FACTS_AT_BATCH = 2  # the batch (from 0) before which a fit's facts are sent
 
@@ -131,19 +132,17 @@ def error_payload(error: BaseException) -> dict:
 
 
 def _install_excepthook() -> None:
-    previous = sys.excepthook
-    if getattr(previous, "__tensorgauge_wrapped__", None):
-        return
+    def told(previous):
+        def excepthook(kind, error, traceback):
+            try:
+                channel().emit(Kind.JOB_ERROR, **error_payload(error))
+            except Exception:
+                pass
+            previous(kind, error, traceback)
 
-    def excepthook(kind, error, traceback):
-        try:
-            channel().emit(Kind.JOB_ERROR, **error_payload(error))
-        except Exception:
-            pass
-        previous(kind, error, traceback)
+        return excepthook
 
-    excepthook.__tensorgauge_wrapped__ = previous  # type: ignore[attr-defined]
-    sys.excepthook = excepthook
+    wrap_once(sys, "excepthook", told, by="memory_facts")
 
 
 _install_excepthook()

@@ -19,8 +19,7 @@ from tensorgauge.hook import placement
 from tensorgauge.hook.agent import agent
 from tensorgauge.hook.features import load_features
 from tensorgauge.hook.listeners import FitCall, FitListener, fit_listeners, keras_imported, tensorflow_imported
-
-_MARK = "__tensorgauge_wrapped__"
+from tensorgauge.hook.wrapping import mark, original_of, wrap_once, wrapped_by
 
 # Position of ``callbacks`` in positional arguments after ``self``.
 _CALLBACKS_POSITION = {"fit": 5, "evaluate": 6, "predict": 4}
@@ -35,7 +34,7 @@ def _path_label(args) -> str:
 
 def phase_wrapper(fn, kind: str, label: str | None = None, is_method: bool = False):
     """``fn`` inside an automatic phase of ``kind`` named ``label [path]``."""
-    if getattr(fn, _MARK, None) is not None:
+    if wrapped_by(fn):
         return fn
     label = label or kind
 
@@ -56,8 +55,7 @@ def phase_wrapper(fn, kind: str, label: str | None = None, is_method: bool = Fal
             placement.send(args[0] if is_method else result, "load")
         return result
 
-    setattr(wrapper, _MARK, fn)
-    return wrapper
+    return mark(wrapper, fn)
 
 
 def make_callback_class(base):
@@ -66,7 +64,7 @@ def make_callback_class(base):
 
     _keras_callbacks = sys.modules.get(base.__module__.split(".")[0] + ".callbacks")
 
-    class TensorgaugeCallback(base):
+    class TensorgaugeCallback(base):  # type: ignore[valid-type,misc]  # Keras 3's or tf_keras' Callback
         """Records fit/evaluate/predict phases, epochs and every step for tensorgauge."""
 
         _tensorgauge = True
@@ -141,8 +139,8 @@ def _with_callback(fn, kind: str, callback_class, keras_callbacks):
     position = _CALLBACKS_POSITION[kind]
 
     @functools.wraps(fn)
-    def wrapper(self, *args, **kwargs):
-        args = list(args)
+    def wrapper(self, *positional, **kwargs):
+        args = list(positional)
         in_args = len(args) > position
         callbacks = args[position] if in_args else kwargs.get("callbacks")
         listeners: list[FitListener] = []
@@ -165,17 +163,7 @@ def _with_callback(fn, kind: str, callback_class, keras_callbacks):
             listener.after_fit(self)
         return result
 
-    setattr(wrapper, _MARK, fn)
     return wrapper
-
-
-def _patch_attr(owner, name: str, make) -> object | None:
-    """Replace ``owner.name`` with ``make(original)``; returns the original."""
-    original = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
-    if original is None or getattr(original, _MARK, None) is not None:
-        return None
-    setattr(owner, name, make(original))
-    return original
 
 
 def _patch_aliases(prefix: str, replaced: dict[int, object], only: tuple[str, ...]) -> None:
@@ -198,12 +186,9 @@ def _patch_aliases(prefix: str, replaced: dict[int, object], only: tuple[str, ..
 def _patch_functions(module, names_kinds, prefix: str, only: tuple[str, ...]) -> None:
     replaced = {}
     for name, kind, label in names_kinds:
-        original = getattr(module, name, None)
-        if original is None or getattr(original, _MARK, None) is not None:
-            continue
-        wrapper = phase_wrapper(original, kind, label)
-        setattr(module, name, wrapper)
-        replaced[id(original)] = wrapper
+        wrapper = wrap_once(module, name, functools.partial(phase_wrapper, kind=kind, label=label))
+        if wrapper is not None:
+            replaced[id(original_of(wrapper))] = wrapper
     if replaced:
         _patch_aliases(prefix, replaced, only)
 
@@ -221,13 +206,14 @@ def patch_keras(package_name: str) -> None:
         # Patch the class that defines it so every subclass (Sequential, Functional) sees it.
         for klass in model_class.__mro__:
             if kind in klass.__dict__:
-                _patch_attr(klass, kind, lambda fn, k=kind: _with_callback(fn, k, callback_class, callback_module))
+                wrap_once(klass, kind, functools.partial(
+                    _with_callback, kind=kind, callback_class=callback_class, keras_callbacks=callback_module))
                 break
     for name, kind in (("save", "save"), ("save_weights", "save"), ("export", "save"),
                        ("load_weights", "load")):
         for klass in model_class.__mro__:
             if name in klass.__dict__:
-                _patch_attr(klass, name, lambda fn, k=kind, n=name: phase_wrapper(fn, k, n, is_method=True))
+                wrap_once(klass, name, functools.partial(phase_wrapper, kind=kind, label=name, is_method=True))
                 break
     saving_api = sys.modules.get(f"{package_name}.src.saving.saving_api")
     if saving_api is not None:
@@ -247,8 +233,8 @@ def patch_tensorflow() -> None:
     checkpoint_class = getattr(checkpoint_module, "Checkpoint", None)
     if checkpoint_class is not None:
         for name, kind in (("save", "save"), ("write", "save"), ("restore", "load"), ("read", "load")):
-            _patch_attr(checkpoint_class, name,
-                        lambda fn, k=kind, n=name: phase_wrapper(fn, k, f"checkpoint.{n}", is_method=True))
+            wrap_once(checkpoint_class, name,
+                        functools.partial(phase_wrapper, kind=kind, label=f"checkpoint.{name}", is_method=True))
 
 
 def on_imported(name: str, module) -> None:

@@ -35,7 +35,9 @@ from tensorgauge.hook.channel import channel, process_cpu_seconds
 from tensorgauge.hook.diagnose import mode, send_loop_config, tracing_now
 from tensorgauge.hook.listeners import on_keras, on_tensorflow
 from tensorgauge.hook.protocol import TRAIN_LOOP, Kind
+from tensorgauge.hook.wrapping import wrap_once
 
+FEATURE = "train_loop"  # the mark on its wrappers
 KEPT = 4096  # per-step figures kept for the medians (the latest)
 PAIR_EVERY, PAIRS_KEPT = 4, 64  # next() on the loop's iterator paired with next() on a cached batch
 _KERAS_PHASES = ("fit", "evaluate", "predict")
@@ -441,20 +443,11 @@ def _wrap_iter(original):
     return iter_
 
 
-def _patch(owner, name: str, wrap, original=None) -> None:
-    """``owner.name = wrap(original)``, once (a wrapper is marked with what it wraps)."""
-    original = original if original is not None else owner.__dict__[name]
-    if getattr(original, "__tensorgauge_wrapped__", None) is None:
-        wrapper = wrap(original)
-        wrapper.__tensorgauge_wrapped__ = original
-        setattr(owner, name, wrapper)
-
-
 def _patch_defining(klass, name: str, wrap) -> None:
     """Wrap ``name`` on the class of ``klass``'s MRO that defines it."""
     owner = next((o for o in klass.__mro__ if name in o.__dict__), None)
     if owner is not None:
-        _patch(owner, name, wrap)
+        wrap_once(owner, name, wrap, by=FEATURE)
 
 
 @on_tensorflow
@@ -495,7 +488,7 @@ def _patch_keras(keras) -> None:
         _patch_defining(legacy, "apply_gradients", lambda fn: _wrap_update(fn, eager))
     model = getattr(keras, "Model", None)
     if model is not None:  # set on Model itself: Layer.__call__ runs for every layer
-        _patch(model, "__call__", lambda fn: _wrap_model_call(fn, eager, recording), original=model.__call__)
+        wrap_once(model, "__call__", lambda fn: _wrap_model_call(fn, eager, recording), by=FEATURE, inherited=True)
         if "stateless_call" in dir(model):  # JAX's functional style: the model called inside a jitted step
-            _patch(model, "stateless_call", lambda fn: _wrap_model_call(fn, _never, _never),
-                   original=model.stateless_call)
+            wrap_once(model, "stateless_call", lambda fn: _wrap_model_call(fn, _never, _never), by=FEATURE,
+                      inherited=True)

@@ -18,14 +18,16 @@ import sys
 import time
 import weakref
 from collections import deque
+from types import FrameType
 
 from tensorgauge.hook.channel import channel
 from tensorgauge.hook.listeners import on_keras
 from tensorgauge.hook.protocol import Kind
+from tensorgauge.hook.wrapping import mark, wrap_once, wrapped_by
 
 PROBE_CALL = 20
 PROBE_REPEATS = 5
-_MARK = "__tensorgauge_usage__"
+FEATURE = "usage"  # the mark on its wrappers (predict beside its phase wrapper, __new__, clear_session)
 
 
 class _State:
@@ -91,7 +93,6 @@ def _timed_predict(predict):
             pass
         return result
 
-    setattr(wrapper, _MARK, predict)
     return wrapper
 
 
@@ -113,7 +114,7 @@ def _counted_new(original_new, model_class):
         model = original_new(cls, *args, **kwargs)
         try:
             # A model made inside another model's method (Sequential's inner Functional) is part of it.
-            caller = sys._getframe(1)
+            caller: FrameType | None = sys._getframe(1)
             while caller is not None and caller.f_code.co_name == "__new__":  # subclasses' own __new__
                 caller = caller.f_back
             # tf_keras makes a throwaway instance of a functional subclass while it rewrites the class.
@@ -124,7 +125,6 @@ def _counted_new(original_new, model_class):
             pass
         return model
 
-    setattr(new, _MARK, original_new)
     return new
 
 
@@ -135,8 +135,7 @@ def _counted_clear(clear):
         _state.since_clear = 0
         return clear(*args, **kwargs)
 
-    setattr(wrapper, _MARK, clear)
-    return wrapper
+    return mark(wrapper, clear, FEATURE)
 
 
 def _defining_class(klass: type, name: str) -> type | None:
@@ -148,17 +147,13 @@ def patch(keras) -> None:
     """Count ``predict`` calls and built models, and ``clear_session()`` calls (every alias)."""
     model_class = keras.Model
     owner = _defining_class(model_class, "predict")
-    if owner is not None and not hasattr(owner.__dict__["predict"], _MARK):
-        owner.predict = _timed_predict(owner.__dict__["predict"])  # type: ignore[attr-defined]
-    new = model_class.__dict__.get("__new__")
-    if new is not None:
-        function = new.__func__ if isinstance(new, staticmethod) else new
-        if not hasattr(function, _MARK):
-            model_class.__new__ = staticmethod(_counted_new(function, model_class))
+    if owner is not None:
+        wrap_once(owner, "predict", _timed_predict, by=FEATURE)
+    wrap_once(model_class, "__new__", lambda new: _counted_new(new, model_class), by=FEATURE)
     replaced: dict[int, object] = {}
     for module in (getattr(keras, "backend", None), getattr(keras, "utils", None)):
         clear = getattr(module, "clear_session", None)
-        if clear is not None and not hasattr(clear, _MARK):
+        if clear is not None and not wrapped_by(clear, FEATURE):
             replaced[id(clear)] = replaced.get(id(clear)) or _counted_clear(clear)
     prefix = keras.__name__
     for name, module in list(sys.modules.items()):  # every alias of the same function

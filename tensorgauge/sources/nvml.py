@@ -98,9 +98,10 @@ def open_gpus(nvml=None):
     """NVML-backed GPUs, or :class:`NoGpus` where NVML is missing or finds none."""
     if nvml is None:
         try:
-            import pynvml as nvml  # provided by nvidia-ml-py
+            import pynvml  # provided by nvidia-ml-py
         except ImportError:
             return NoGpus()
+        nvml = pynvml
     try:
         nvml.nvmlInit()
     except Exception:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...

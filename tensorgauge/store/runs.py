@@ -74,6 +74,12 @@ class Store:
     def close(self) -> None:
         self.backend.close()
 
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     @contextlib.contextmanager
     def _writing(self, what: str = "write to"):
         try:

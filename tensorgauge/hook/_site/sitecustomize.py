@@ -16,6 +16,8 @@ def _load_tensorgauge():
     package_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     spec = importlib.util.spec_from_file_location(
         "tensorgauge", os.path.join(package_dir, "__init__.py"), submodule_search_locations=[package_dir])
+    if spec is None or spec.loader is None:
+        raise ImportError(f"no tensorgauge package in {package_dir}")
     module = importlib.util.module_from_spec(spec)
     sys.modules["tensorgauge"] = module
     try:
