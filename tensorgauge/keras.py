@@ -23,8 +23,8 @@ def __getattr__(name):
         raise AttributeError(f"module 'tensorgauge.keras' has no attribute {name!r}")
     package = _keras_package()
     if package not in _classes:
-        from tensorgauge.hook.patches import make_callback_class
+        from tensorgauge.hook import keras_callback_class
 
         base = importlib.import_module(f"{package}.callbacks").Callback
-        _classes[package] = make_callback_class(base)
+        _classes[package] = keras_callback_class(base)
     return _classes[package]

@@ -109,8 +109,8 @@ def _figures(store_path: str | None, run_id: str) -> tuple[float | None, int | N
 def pytest_runtest_call(item):
     if not item.config.getoption("tensorgauge"):
         return (yield)
-    from tensorgauge.hook.batch_finder import PeakRss
     from tensorgauge.hook.channel import process_rss_bytes
+    from tensorgauge.hook.facts import PeakRss
     from tensorgauge.monitoring.inprocess import monitor
     from tensorgauge.units import format_bytes, format_seconds
 

@@ -14,7 +14,8 @@ from tensorgauge.analyse.diagnose import eager_execution, thread_limited
 from tensorgauge.analyse.findings import find
 from tensorgauge.analyse.phases import build_phases
 from tensorgauge.hook import fit_input
-from tensorgauge.hook.placement import by_device, device_name
+from tensorgauge.hook.facts import device_name
+from tensorgauge.hook.placement import by_device
 from tensorgauge.model import Event, Phase
 from tensorgauge.monitoring.tryfixes import applicable
 

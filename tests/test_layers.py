@@ -110,3 +110,31 @@ def test_no_import_cycles():
         if node not in state:
             visit(node, [node])
     assert cycles == []
+
+
+# What code outside the hook may import of it: the hook's entry (install, the Keras callback), the event
+# formats and environment names, the channel, the phase agent, and the facts read alike on both sides.
+# None of them registers a listener: importing a feature module (placement, fixes, budget, ...) would
+# register its @on_fit listeners in whatever process imports it, the monitor's included.
+HOOK_SHARED = {"tensorgauge.hook", "tensorgauge.hook.protocol", "tensorgauge.hook.channel",
+               "tensorgauge.hook.agent", "tensorgauge.hook.facts"}
+
+
+def test_outside_the_hook_only_its_shared_modules_are_imported():
+    g = graph()
+    features = [(m, i) for m, targets in g.items() if layer(m) != "hook" for i in targets
+                if layer(i) == "hook" and i not in HOOK_SHARED]
+    assert features == []
+
+
+def test_the_hooks_shared_modules_import_no_feature_module_at_import_time():
+    """At the top of the module, that is: the entry imports the rest inside ``install()``."""
+    for name in HOOK_SHARED:
+        path = ROOT / Path(*name.split(".")[1:])
+        path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+        tree = ast.parse(path.read_text())
+        top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        imported = {n.module for n in top if isinstance(n, ast.ImportFrom) and n.module} | \
+                   {a.name for n in top if isinstance(n, ast.Import) for a in n.names}
+        hook = {i for i in imported if i.startswith("tensorgauge.hook")}
+        assert hook <= HOOK_SHARED, (name, hook - HOOK_SHARED)

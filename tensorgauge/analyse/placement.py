@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from tensorgauge.analyse.rules import RunFacts, rule
-from tensorgauge.hook.placement import short_device
+from tensorgauge.hook.facts import short_device
 from tensorgauge.hook.protocol import Kind
 from tensorgauge.model import Finding
 from tensorgauge.units import format_bytes

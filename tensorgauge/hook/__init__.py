@@ -12,6 +12,14 @@ from __future__ import annotations
 _installed = False
 
 
+def keras_callback_class(base: type) -> type:
+    """The callback the hook adds to every fit, as a subclass of ``base`` (Keras 3's or tf_keras'
+    ``Callback``): for jobs that add it themselves (``tensorgauge.keras.Callback``)."""
+    from tensorgauge.hook.patches import make_callback_class
+
+    return make_callback_class(base)
+
+
 def install() -> None:
     """Start watching imports (idempotent)."""
     global _installed

@@ -20,11 +20,11 @@ from __future__ import annotations
 import os
 import statistics
 import sys
-import threading
 import time
 
 from tensorgauge.hook.agent import agent
-from tensorgauge.hook.channel import channel, process_rss_bytes
+from tensorgauge.hook.channel import channel
+from tensorgauge.hook.facts import PeakRss
 from tensorgauge.hook.listeners import FitCall, FitListener, on_fit
 from tensorgauge.hook.protocol import FIND_BATCH_ENV, Kind
 from tensorgauge.hook.wrapping import innermost, original_of
@@ -38,61 +38,10 @@ VERIFY_TRIES = 3
 POWER_OF_TWO_SHARE = 0.85  # the power of two just above the recommendation is taken within this share
 JUMP_SHARE = 0.5  # the search grows 4x (not 2x) while the line puts that under this share of the target
 MAX_BATCH = 1 << 16
-PEAK_EVERY_SECONDS = 0.002
 CAVEAT = ("A larger batch takes fewer, larger steps: scale the learning rate with it (linearly, with a warm-up) "
           "and check the validation metrics; the figures are from short trials of the first fit.")
 
 _searched = False
-
-
-class PeakRss:
-    """The process's RSS peak while the block runs: the kernel's high-water mark (VmHWM), reset at the
-    start by writing 5 to /proc/self/clear_refs; where that is refused, a thread reading RSS every 2 ms
-    (which a C call holding the GIL can hide an allocation from)."""
-
-    def __init__(self):
-        self.peak = process_rss_bytes() or 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def _watch(self) -> None:
-        while not self._stop.wait(PEAK_EVERY_SECONDS):
-            self.peak = max(self.peak, process_rss_bytes() or 0)
-
-    def __enter__(self) -> PeakRss:
-        if not _reset_high_water():
-            self._thread = threading.Thread(target=self._watch, name="tensorgauge-peak-rss", daemon=True)
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join()
-        else:
-            self.peak = max(self.peak, high_water_bytes() or 0)
-        self.peak = max(self.peak, process_rss_bytes() or 0)
-
-
-def _reset_high_water() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return high_water_bytes() is not None
-    except OSError:
-        return False
-
-
-def high_water_bytes() -> int | None:
-    """VmHWM: the process's RSS peak since it started or since the last reset."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
 def original_fit(model):

@@ -20,9 +20,7 @@ import sys
 
 from tensorgauge.hook.channel import channel
 from tensorgauge.hook.listeners import FitCall, FitListener, on_fit, on_tensorflow
-from tensorgauge.hook.protocol import CHECKPOINT_ENV, GPU_MEMORY_ENV, STOP_FILE_ENV, Kind
-
-BUDGET_EXIT_CODE = 75  # EX_TEMPFAIL: stopped by the budget, run again to resume
+from tensorgauge.hook.protocol import BUDGET_EXIT_CODE, CHECKPOINT_ENV, GPU_MEMORY_ENV, STOP_FILE_ENV, Kind
 
 
 class _State:

@@ -33,9 +33,8 @@ import time
 
 from tensorgauge.hook.channel import channel
 from tensorgauge.hook.listeners import FitCall, FitListener, on_fit, on_tensorflow
-from tensorgauge.hook.protocol import FIX_ENV, WARMUP_ENV, WINDOW_ENV, Kind
+from tensorgauge.hook.protocol import FIX_ENV, WARMUP_ENV, WARMUP_STEPS, WINDOW_ENV, Kind
 
-WARMUP_STEPS = 3
 FIXES = ("parallel_map", "prefetch", "cache", "no_eager", "threads", "no_jit")
 
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from tensorgauge.hook.channel import channel
 from tensorgauge.hook.dataset_facts import nbytes
+from tensorgauge.hook.facts import variable_bytes, variable_device
 from tensorgauge.hook.listeners import FitCall, FitListener, on_fit
-from tensorgauge.hook.placement import variable_bytes, variable_device
 from tensorgauge.hook.protocol import Kind
 from tensorgauge.hook.wrapping import wrap_once
 

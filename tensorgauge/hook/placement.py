@@ -9,73 +9,10 @@ backend's tensor on ``.value`` (a ``tf.Variable``, a ``jax.Array``, a
 
 from __future__ import annotations
 
-import sys
-
 from tensorgauge.hook.channel import channel
+from tensorgauge.hook.facts import device_name, variable_bytes, variable_device, variables_of
 from tensorgauge.hook.listeners import FitCall, FitListener, on_fit
 from tensorgauge.hook.protocol import Kind
-
-# Device kinds as the backends name them -> one name: TensorFlow "GPU", PyTorch "cuda", JAX "gpu".
-DEVICE_KINDS = {"cpu": "CPU", "gpu": "GPU", "cuda": "GPU", "rocm": "GPU", "tpu": "TPU", "mps": "MPS",
-                "xla_gpu": "GPU", "xla_cpu": "CPU"}
-
-
-def short_device(device: str | None) -> str:
-    """'/job:localhost/replica:0/task:0/device:GPU:0' -> 'GPU:0'; PyTorch's 'cuda:1' -> 'GPU:1',
-    'cpu' -> 'CPU:0'."""
-    if not device:
-        return "unknown"
-    tail = device.rsplit("device:", 1)[-1]
-    kind, _, index = tail.partition(":")
-    if kind.lower() in DEVICE_KINDS and (not index or index.isdigit()):
-        return f"{DEVICE_KINDS[kind.lower()]}:{index or 0}"
-    return tail.upper() if tail.count(":") == 1 else tail
-
-
-def device_name(device) -> str:
-    """A device as a backend gives it (a string, a ``torch.device``, a JAX ``Device``) -> 'GPU:0'."""
-    if device is None:
-        return "unknown"
-    if isinstance(device, str):
-        return short_device(device)
-    platform = getattr(device, "platform", None)  # a JAX Device: platform 'cpu' / 'gpu', id
-    if isinstance(platform, str):
-        return f"{DEVICE_KINDS.get(platform.lower(), platform.upper())}:{getattr(device, 'id', 0) or 0}"
-    kind = getattr(device, "type", None)  # a torch.device: type 'cpu' / 'cuda', index
-    if isinstance(kind, str):
-        return f"{DEVICE_KINDS.get(kind.lower(), kind.upper())}:{getattr(device, 'index', 0) or 0}"
-    return short_device(str(device))
-
-
-def variable_device(variable) -> str:
-    value = getattr(variable, "value", None)
-    if value is not None and not callable(value):
-        devices = getattr(value, "devices", None)  # a JAX array: the set of devices holding it
-        if callable(devices):
-            try:
-                return device_name(sorted(devices(), key=str)[0])
-            except Exception:
-                pass
-        device = getattr(value, "device", None)
-        if device is not None:
-            return device_name(device)
-    return device_name(getattr(variable, "device", None))
-
-
-def variable_bytes(variable) -> int:
-    try:
-        count = 1
-        for dim in variable.shape:
-            count *= int(dim)
-        dtype = variable.dtype
-        size = getattr(dtype, "size", None)
-        if size is None:
-            import numpy as np
-
-            size = np.dtype(str(dtype)).itemsize
-        return count * int(size)
-    except Exception:
-        return 0
 
 
 def by_device(variables) -> dict[str, dict[str, int]]:
@@ -90,17 +27,6 @@ def by_device(variables) -> dict[str, dict[str, int]]:
         entry["bytes"] += variable_bytes(variable)
         entry["variables"] += 1
     return devices
-
-
-def variables_of(obj) -> list:
-    """A model's variables; for a loaded SavedModel (no ``.variables``), every variable it tracks."""
-    variables = getattr(obj, "variables", None)
-    if variables is not None and not callable(variables):
-        return list(variables)
-    tf = sys.modules.get("tensorflow")
-    if tf is None or obj is None:
-        return []
-    return [t for t in tf.train.TrackableView(obj).descendants() if isinstance(t, tf.Variable)]
 
 
 def send(obj, after: str) -> None:

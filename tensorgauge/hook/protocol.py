@@ -25,6 +25,8 @@ GPU_MEMORY_ENV = "TENSORGAUGE_GPU_MEMORY_LIMIT"  # bytes per GPU
 FIX_ENV = "TENSORGAUGE_FIX"  # --try-fixes: the fixes to apply, comma-separated
 WINDOW_ENV = "TENSORGAUGE_WINDOW_STEPS"  # --try-fixes: timed steps in the window
 WARMUP_ENV = "TENSORGAUGE_WINDOW_WARMUP"  # --try-fixes: steps before the window
+WARMUP_STEPS = 3  # --try-fixes: the fewest steps before the window (the train function traced and built)
+BUDGET_EXIT_CODE = 75  # EX_TEMPFAIL: the job stopped by its budget; run it again to resume
 JOB_ENV = "TENSORGAUGE_JOB"  # the distributed job a worker belongs to
 FIND_BATCH_ENV = "TENSORGAUGE_FIND_BATCH"  # --find-batch-size: the memory budget in bytes
 

@@ -16,7 +16,7 @@ import resource
 import signal
 from dataclasses import dataclass, field
 
-from tensorgauge.hook import budget as hook_budget
+from tensorgauge.hook import protocol
 from tensorgauge.model import Sample
 from tensorgauge.monitoring.limits import Budget, thread_pools
 from tensorgauge.monitoring.run_files import create_private
@@ -52,13 +52,13 @@ class BudgetWatch:
 
     def environment(self) -> dict[str, str]:
         """What the job's environment needs before it starts."""
-        env = {hook_budget.STOP_FILE_ENV: self.stop_file}
+        env = {protocol.STOP_FILE_ENV: self.stop_file}
         if self.checkpoint_dir:
-            env[hook_budget.CHECKPOINT_ENV] = self.checkpoint_dir
+            env[protocol.CHECKPOINT_ENV] = self.checkpoint_dir
         if self.budget.max_cpus is not None:
             env.update(thread_pools(self.budget.max_cpus))
         if self.budget.max_gpu_memory_bytes is not None:
-            env[hook_budget.GPU_MEMORY_ENV] = str(self.budget.max_gpu_memory_bytes)
+            env[protocol.GPU_MEMORY_ENV] = str(self.budget.max_gpu_memory_bytes)
         return env
 
     def limit_cgroup(self, group: JobCgroup | None) -> None:
@@ -184,7 +184,7 @@ class BudgetWatch:
         ({"gpus", "error"}; None: TensorFlow never started); ``hook_stopped``: the hook stopped
         training because the monitor asked; ``processes``: the job's largest (pid, name, RSS peak).
         Exit 75 alone is the job's own, not a budget stop."""
-        graceful = (exit_code == hook_budget.BUDGET_EXIT_CODE and hook_stopped
+        graceful = (exit_code == protocol.BUDGET_EXIT_CODE and hook_stopped
                     and self.stop_requested_at is not None and self.killed_at is None)
         stopped = graceful or self.killed_at is not None or (oom_killed and self._kernel_caps_memory)
         reason = self.reason

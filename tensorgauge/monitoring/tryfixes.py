@@ -21,8 +21,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from tensorgauge.errors import TensorgaugeError
-from tensorgauge.hook.fixes import FIX_ENV, WARMUP_ENV, WARMUP_STEPS, WINDOW_ENV
-from tensorgauge.hook.protocol import Kind
+from tensorgauge.hook.protocol import FIX_ENV, WARMUP_ENV, WARMUP_STEPS, WINDOW_ENV, Kind
 from tensorgauge.monitoring.runner import run
 from tensorgauge.store import Store
 from tensorgauge.units import format_bytes

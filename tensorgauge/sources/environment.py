@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Callable
 
-from tensorgauge.hook import tfinfo
+from tensorgauge.hook import facts
 from tensorgauge.sources.fingerprint import driver_gpus, host_fingerprint
 
 
@@ -15,9 +15,9 @@ def environment(progress: Callable[[str], None] | None = None) -> dict:
     host = {**host_fingerprint(), "gpus": driver_gpus()["gpus"]}
     if importlib.util.find_spec("numpy") is not None:
         import numpy  # noqa: F401  (loaded, so its BLAS is listed)
-    job = tfinfo.python_facts()
+    job = facts.python_facts()
     if importlib.util.find_spec("tensorflow") is not None:
         if progress:
             progress("importing TensorFlow to read its build")
-        job.update(tfinfo.tensorflow_facts())
+        job.update(facts.tensorflow_facts())
     return {"host": host, "job": job}

@@ -69,7 +69,7 @@ def load(tf, request: dict):
 
 
 def variables(model) -> list[dict]:
-    from tensorgauge.hook.placement import variable_bytes, variable_device, variables_of
+    from tensorgauge.hook.facts import variable_bytes, variable_device, variables_of
 
     found, seen = [], set()
     for variable in variables_of(model):
