@@ -46,10 +46,13 @@ R = TypeVar("R", bound=Record)
 
 
 def declared(kind: str, unit: str | None = None, source: str = "", default: Any = MISSING,
-             default_factory: Any = MISSING, item: type | None = None) -> Any:
+             default_factory: Any = MISSING, item: type | None = None, shown: str | None = None,
+             exported: str | None = None) -> Any:
     """A field with its kind (see :data:`tensorgauge.checks.KINDS`; ``?``: may be None),
-    its unit, where the figure comes from, and for a list of records the record type."""
-    metadata = {"kind": kind, "unit": unit, "source": source, "item": item}
+    its unit, where the figure comes from, and for a list of records the record type. A sampled
+    figure ``shown`` (its label) appears in every output (see :func:`shown_metrics`), named
+    ``exported`` (default: the field's name) where a name outlives the run (Prometheus, TensorBoard)."""
+    metadata = {"kind": kind, "unit": unit, "source": source, "item": item, "shown": shown, "exported": exported}
     return field(default=default, default_factory=default_factory, metadata=metadata)
 
 
@@ -73,21 +76,24 @@ class Sample:
 
     t: float = declared("number", "s", "monitor clock, from the run's start")
     cpu_seconds: float = declared("number", "s", "tree user+system since the job started")
-    cores_busy: float | None = declared("number?", "cores", "tree CPU-seconds per second since the last sample")
-    rss_bytes: int = declared("int", "bytes", "tree RSS")
-    threads: int = declared("int", source="tree")
-    processes: int = declared("int", source="tree")
+    cores_busy: float | None = declared("number?", "cores", "tree CPU-seconds per second since the last sample",
+                                        shown="cores busy")
+    rss_bytes: int = declared("int", "bytes", "tree RSS", shown="RSS")
+    threads: int = declared("int", "threads", source="tree", shown="threads")
+    processes: int = declared("int", "processes", source="tree", shown="processes")
     read_bytes: int | None = declared("int?", "bytes", "tree, cumulative, once a second", default=None)
     write_bytes: int | None = declared("int?", "bytes", "tree, cumulative, once a second", default=None)
     uss_bytes: int | None = declared("int?", "bytes", "tree, every few seconds (expensive)", default=None)
     pss_bytes: int | None = declared("int?", "bytes", "tree, every few seconds (expensive)", default=None)
-    mem_used_bytes: int | None = declared("int?", "bytes", "whole machine, once a second", default=None)
+    mem_used_bytes: int | None = declared("int?", "bytes", "whole machine, once a second", default=None,
+                                          shown="machine memory used", exported="machine_memory_used_bytes")
     mem_available_bytes: int | None = declared("int?", "bytes", "whole machine, once a second", default=None)
     swap_used_bytes: int | None = declared("int?", "bytes", "whole machine's swap in use, once a second",
-                                           default=None)
+                                           default=None, shown="machine swap used", exported="machine_swap_used_bytes")
     cpu_percent: list[float] | None = declared("numbers?", "%", "per CPU the job may run on", default=None)
     runnable: int | None = declared("int?", "threads", "running or waiting for a CPU, whole machine, once a second",
-                                    default=None)
+                                    default=None, shown="runnable threads on the machine",
+                                    exported="machine_runnable_threads")
     gpus: list[GpuReading] = declared("records", source="NVML", default_factory=list, item=GpuReading)
 
     def to_dict(self) -> dict[str, Any]:
@@ -100,6 +106,24 @@ class Sample:
         sample = _from_dict(cls, data)
         sample.gpus = [GpuReading.from_dict(g) for g in data.get("gpus") or []]
         return sample
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A sampled figure every output shows: the :class:`Sample` field, its label and unit, and the
+    name it is exported under."""
+
+    name: str
+    label: str
+    unit: str | None
+    exported: str
+
+
+def shown_metrics() -> tuple[Metric, ...]:
+    """The :class:`Sample` fields declared ``shown``, in their order: ``show``, the report, Prometheus,
+    TensorBoard and the live view each show all of them (a new one needs no change there)."""
+    return tuple(Metric(f.name, f.metadata["shown"], f.metadata["unit"], f.metadata["exported"] or f.name)
+                 for f in fields(Sample) if f.metadata.get("shown"))
 
 
 @dataclass(slots=True)
@@ -247,6 +271,7 @@ class Summary:
     samples: int
     gpu: list[dict[str, Any]] = field(default_factory=list)
     other_cores_mean: float | None = None  # cores busy with other work on the CPUs the job may use, on average
+    metrics: dict[str, dict[str, float | None]] = field(default_factory=dict)  # per shown metric: mean, peak
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

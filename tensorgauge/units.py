@@ -44,3 +44,14 @@ def format_seconds(s: float | None) -> str:
 
 def format_share(part: float, whole: float) -> str:
     return f"{100.0 * part / whole:.0f}%" if whole > 0 else "-"
+
+
+def format_quantity(value: float | None, unit: str | None) -> str:
+    """A sampled figure in its unit: bytes as KiB/MiB/GiB, cores with two decimals, counts whole."""
+    if value is None:
+        return "-"
+    if unit == "bytes":
+        return format_bytes(value)
+    if unit == "cores":
+        return f"{value:.2f}"
+    return f"{value:.0f}" if float(value).is_integer() or abs(value) >= 100 else f"{value:.1f}"

@@ -11,7 +11,7 @@ from rich.console import Console
 from tensorgauge.cli import main
 from tensorgauge.live.state import LiveState
 from tensorgauge.live.view import LiveView
-from tensorgauge.model import Event, GpuReading, Sample
+from tensorgauge.model import Event, GpuReading, RunRecord, Sample
 
 
 def sample(t, busy=1.5):
@@ -43,13 +43,15 @@ def test_live_state_follows_phases_steps_and_epochs():
 
 def test_live_view_draws_cores_memory_gpu_phase_and_steps():
     out = io.StringIO()
-    view = LiveView(Console(file=out, force_terminal=True, width=120), "run-1", 2.0)
+    view = LiveView(Console(file=out, force_terminal=True, width=120))
+    view.start(RunRecord(run_id="run-1", command=["x"], started_at="2026", env={"host": {"cores_allowed": 2.0}}))
     view.observe(sample(1.0), [begin(1.0, 1, "fit", "fit"), begin(1.0, 2, "epoch 1", "epoch")])
     view.observe(sample(2.0), [steps(2.0, 50)])
     view.close()
     text = out.getvalue()
     assert "1.50 of 2" in text and "fit > epoch 1" in text and "50 ·" in text
     assert "55%" in text and "600.0 MiB" in text
+    assert "threads 12" in text and "processes 1" in text  # the other shown metrics, on one row
 
 
 def test_live_is_quiet_when_not_a_terminal(store_path, capsys):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorgauge.model import RunRecord, Sample, Summary
+from tensorgauge.model import RunRecord, Sample, Summary, shown_metrics
 from tensorgauge.series import SampleSeries
 
 
@@ -42,7 +42,14 @@ def summarise(record: RunRecord, samples: SampleSeries | list[Sample]) -> Summar
         samples=n,
         gpu=summarise_gpus(series),
         other_cores_mean=_other_cores(series),
+        metrics={m.name: _mean_peak(series[m.name]) for m in shown_metrics()},
     )
+
+
+def _mean_peak(values: np.ndarray) -> dict[str, float | None]:
+    """The mean and peak of the readings taken (None where none was)."""
+    mean = _mean(values)
+    return {"mean": round(mean, 4) if mean is not None else None, "peak": _peak(values)}
 
 
 def _other_cores(series: SampleSeries) -> float | None:

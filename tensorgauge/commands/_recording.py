@@ -8,10 +8,14 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tensorgauge.commands._shared import check_output, console, open_store, write_json
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.render.text import safe
+
+if TYPE_CHECKING:
+    from tensorgauge.monitoring.monitor import Exporter
 
 
 @dataclass
@@ -87,17 +91,22 @@ def record(command: list[str], options: RecordOptions) -> tuple[int, str]:
     if options.json_path:
         check_output(options.json_path, options.store)  # found now, not after an hour of training
     budget = make_budget(options)
-    observers: list = []
+    exporters: list[Exporter] = []
     if options.tensorboard:
         from tensorgauge.live.tensorboard import TensorBoardWriter
 
-        observers.append(TensorBoardWriter(options.tensorboard))
-    exporter = None
+        exporters.append(TensorBoardWriter(options.tensorboard))
+    prometheus = None
     if options.prometheus:
         from tensorgauge.live.prometheus import PrometheusExporter
 
-        exporter = PrometheusExporter(options.prometheus)
-        observers.append(exporter)
+        prometheus = PrometheusExporter(options.prometheus)
+        exporters.append(prometheus)
+    err = console(stderr=True)
+    if options.live and err.is_terminal:
+        from tensorgauge.live.view import LiveView
+
+        exporters.append(LiveView(err))
     if options.checkpoint and budget is not None and budget.max_memory_bytes is not None:
         _check_checkpoint_dir(options.checkpoint)  # now (before anything is made), not when the budget fires
     with open_store(options.store) as store:  # closed however the run ends
@@ -108,7 +117,6 @@ def record(command: list[str], options: RecordOptions) -> tuple[int, str]:
         if budget is not None and budget.max_memory_bytes is not None:
             checkpoint_dir = options.checkpoint or str(default_checkpoint_dir(store.data_dir, command))
             _check_checkpoint_dir(checkpoint_dir)
-        err = console(stderr=True)
         if options.diagnose == "always" and os.environ.get("TF_CONFIG") and not options.quiet:
             err.print("[yellow]tensorgauge: note: --diagnose profiles 10 training steps; under "
                       "MultiWorkerMirroredStrategy, TensorFlow 2.21 crashed a worker in that window in about 1 run "
@@ -118,26 +126,21 @@ def record(command: list[str], options: RecordOptions) -> tuple[int, str]:
             if not options.quiet:
                 _say(err, f"[dim]tensorgauge: recording run {run_record.run_id} every {options.interval_seconds:g} s "
                           f"into {safe(store.location)}[/dim]")
-            if exporter is not None:
+            for exporter in exporters:
                 exporter.start(run_record)
-                if not options.quiet:
-                    _say(err, f"[dim]tensorgauge: Prometheus metrics on http://{exporter.host}:{exporter.port}/metrics[/dim]")
-            if options.live and err.is_terminal:
-                from tensorgauge.live.view import LiveView
-
-                cores = float((run_record.env.get("host") or {}).get("cores_allowed") or 1)
-                observers.append(LiveView(err, run_record.run_id, cores))
+            if prometheus is not None and not options.quiet:
+                _say(err, f"[dim]tensorgauge: Prometheus metrics on http://{prometheus.host}:{prometheus.port}/metrics[/dim]")
 
         try:
             result = run(command, store, interval_seconds=options.interval_seconds, name=options.name,
                          hook=options.hook, on_start=started, budget=budget, checkpoint_dir=checkpoint_dir,
-                         diagnose=options.diagnose, observers=observers, job=options.job,
+                         diagnose=options.diagnose, observers=exporters, job=options.job,
                          report=lambda line: _say(err, f"tensorgauge: warning: {line}", markup=False),
                          keep_job_on_failure=options.keep_job_on_failure, extra_env=options.extra_env,
                          stop_grace_seconds=options.stop_grace_seconds)
         finally:
-            for observer in observers:
-                observer.close()
+            for exporter in exporters:
+                exporter.close()
         if result.warning:
             return result.exit_code, result.record.run_id
         record_ = result.record

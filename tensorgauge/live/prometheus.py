@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.live.state import LiveState
+from tensorgauge.model import shown_metrics
 
 DEFAULT_HOST = "127.0.0.1"
 
@@ -24,7 +25,8 @@ def parse_address(text: str) -> tuple[str, int]:
 
 
 class PrometheusExporter:
-    """An Observer for the runner (see :class:`tensorgauge.monitoring.runner.Observer`)."""
+    """An :class:`~tensorgauge.monitoring.monitor.Exporter`: a gauge per shown sampled metric
+    (``tensorgauge_`` + its exported name), the GPUs, the steps and the phase."""
 
     def __init__(self, address: str):
         try:
@@ -39,10 +41,8 @@ class PrometheusExporter:
         def gauge(name, doc, extra=()):
             return Gauge(f"tensorgauge_{name}", doc, labels + extra, registry=self.registry)
 
-        self.cores_busy = gauge("cores_busy", "CPU cores the job's process tree keeps busy")
-        self.rss = gauge("rss_bytes", "Resident memory of the job's process tree")
-        self.threads = gauge("threads", "Threads of the job's process tree")
-        self.machine_used = gauge("machine_memory_used_bytes", "Memory used on the whole machine")
+        self.sampled = {m.name: gauge(m.exported, f"{m.label} ({m.unit})" if m.unit else m.label)
+                        for m in shown_metrics()}
         self.gpu_util = gauge("gpu_utilization_percent", "GPU utilisation (NVML)", ("gpu",))
         self.gpu_memory = gauge("gpu_memory_used_bytes", "GPU memory used (NVML)", ("gpu",))
         self.gpu_job_memory = gauge("gpu_job_memory_bytes", "GPU memory the job's own processes hold (NVML)",
@@ -73,11 +73,10 @@ class PrometheusExporter:
         if s is None:
             return
         self.sample_time.labels(**labels).set(s.t)
-        self.cores_busy.labels(**labels).set(s.cores_busy or 0.0)
-        self.rss.labels(**labels).set(s.rss_bytes)
-        self.threads.labels(**labels).set(s.threads)
-        if s.mem_used_bytes is not None:
-            self.machine_used.labels(**labels).set(s.mem_used_bytes)
+        for name, sampled in self.sampled.items():
+            value = getattr(s, name)
+            if value is not None:
+                sampled.labels(**labels).set(value)
         for g in s.gpus:
             if g.util_percent is not None:
                 self.gpu_util.labels(**labels, gpu=str(g.index)).set(g.util_percent)

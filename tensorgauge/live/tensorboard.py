@@ -17,13 +17,14 @@ import time
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.hook.protocol import Kind
 from tensorgauge.live.state import LiveState
+from tensorgauge.model import shown_metrics
 
 SUBDIR = "tensorgauge"
 WRITE_SECONDS = 1.0
 
 
 class TensorBoardWriter:
-    """An Observer for the runner (see :class:`tensorgauge.monitoring.runner.Observer`)."""
+    """An :class:`~tensorgauge.monitoring.monitor.Exporter`: every shown sampled metric as a scalar."""
 
     def __init__(self, logdir: str, wall_t0: float | None = None):
         try:
@@ -45,6 +46,9 @@ class TensorBoardWriter:
         self._epoch_sums: dict[str, float] = {}
         self._epoch_count = 0
         self._written_step: int | None = None
+
+    def start(self, record) -> None:
+        """Nothing to set up: the event file is open from the start."""
 
     def _write(self, tag_values: dict[str, float], step: int, t: float) -> None:
         summary = self._summary_pb2.Summary(value=[self._summary_pb2.Summary.Value(tag=tag, simple_value=value)
@@ -86,12 +90,16 @@ class TensorBoardWriter:
 
 
 def metrics(sample) -> dict[str, float]:
-    """The scalars of one sample."""
-    values = {"rss_gib": sample.rss_bytes / 2**30, "threads": float(sample.threads)}
-    if sample.cores_busy is not None:
-        values["cores_busy"] = sample.cores_busy
-    if sample.mem_used_bytes is not None:
-        values["machine_memory_used_gib"] = sample.mem_used_bytes / 2**30
+    """The scalars of one sample: each shown metric read (bytes as GiB: ``rss_bytes`` -> ``rss_gib``), the GPUs."""
+    values: dict[str, float] = {}
+    for metric in shown_metrics():
+        value = getattr(sample, metric.name)
+        if value is None:
+            continue
+        if metric.unit == "bytes":
+            values[metric.exported.removesuffix("_bytes") + "_gib"] = value / 2**30
+        else:
+            values[metric.exported] = float(value)
     for g in sample.gpus:
         if g.util_percent is not None:
             values[f"gpu{g.index}_util_percent"] = g.util_percent

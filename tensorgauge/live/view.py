@@ -9,8 +9,9 @@ from rich.live import Live
 from rich.table import Table
 
 from tensorgauge.live.state import LiveState
+from tensorgauge.model import shown_metrics
 from tensorgauge.render.text import safe
-from tensorgauge.units import format_bytes, format_seconds
+from tensorgauge.units import format_bytes, format_quantity, format_seconds
 
 BAR_WIDTH = 30
 
@@ -21,21 +22,32 @@ def _bar(fraction: float, width: int = BAR_WIDTH) -> str:
     return "[green]" + "█" * full + "[/green]" + "[dim]" + "·" * (width - full) + "[/dim]"
 
 
-class LiveView:
-    """An Observer for the runner (see :class:`tensorgauge.monitoring.runner.Observer`)."""
+ON_THEIR_OWN_ROWS = ("cores_busy", "rss_bytes", "mem_used_bytes")  # with bars; the other shown metrics: one row
 
-    def __init__(self, console: Console, run_id: str, cores_allowed: float):
+
+class LiveView:
+    """An :class:`~tensorgauge.monitoring.monitor.Exporter` to the terminal, drawn from the run's start."""
+
+    def __init__(self, console: Console):
+        self.console = console
         self.state = LiveState()
-        self.run_id, self.cores_allowed = run_id, cores_allowed
-        self.live = Live(self.render(), console=console, refresh_per_second=4, transient=False)
+        self.run_id, self.cores_allowed = "", 1.0
+        self.live: Live | None = None
+
+    def start(self, record) -> None:
+        self.run_id = record.run_id
+        self.cores_allowed = float((record.env.get("host") or {}).get("cores_allowed") or 1)
+        self.live = Live(self.render(), console=self.console, refresh_per_second=4, transient=False)
         self.live.start()
 
     def observe(self, sample, events) -> None:
         self.state.update(sample, events)
-        self.live.update(self.render())
+        if self.live is not None:
+            self.live.update(self.render())
 
     def close(self) -> None:
-        self.live.stop()
+        if self.live is not None:
+            self.live.stop()
 
     def render(self):
         s = self.state.sample
@@ -54,6 +66,10 @@ class LiveView:
             total = s.mem_used_bytes + s.mem_available_bytes
             memory = f"{_bar(s.mem_used_bytes / total)} machine {format_bytes(s.mem_used_bytes)} used; " + memory
         table.add_row("memory", memory)
+        others = [f"{m.label} {format_quantity(getattr(s, m.name), m.unit)}" for m in shown_metrics()
+                  if m.name not in ON_THEIR_OWN_ROWS and getattr(s, m.name) is not None]
+        if others:
+            table.add_row("also", safe(" · ".join(others)))
         for g in s.gpus:
             table.add_row(f"GPU {g.index}", f"{_bar((g.util_percent or 0) / 100)} {g.util_percent or 0:.0f}% · "
                                             f"{format_bytes(g.memory_used_bytes)} of {format_bytes(g.memory_total_bytes)}")

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from tensorgauge.model import Event, Sample
+from tensorgauge.model import Event, RunRecord, Sample
 from tensorgauge.monitoring.budget import BudgetWatch
 from tensorgauge.monitoring.recorder import Recorder
 from tensorgauge.monitoring.sampler import Sampler
@@ -27,6 +27,16 @@ class Observer(Protocol):
     """Sees the run live: each new sample (None on the last, forced tick) and the events that came with it."""
 
     def observe(self, sample: Sample | None, events: list[Event]) -> None: ...
+
+
+class Exporter(Observer, Protocol):
+    """An output of the live run (Prometheus, TensorBoard, the live view, whatever comes next): started
+    with the run's record, shown each sample, closed however the run ends. What it shows of a sample
+    comes from :func:`tensorgauge.model.shown_metrics`, so a new sampled metric needs no change in it."""
+
+    def start(self, record: RunRecord) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class EventSource(Protocol):

@@ -22,6 +22,7 @@ from tensorgauge.analyse.timeline import MAX_BINS
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.render import charts
 from tensorgauge.render.phase_columns import phase_columns
+from tensorgauge.render.text import sampled_figures
 from tensorgauge.units import format_bytes, format_seconds
 
 STYLE = """
@@ -121,7 +122,8 @@ def _header(report) -> str:
             f"wall {_e(format_seconds(r.wall_seconds))} · exit {_e(r.exit_code if r.signal is None else 'signal ' + str(r.signal))}"
             f"</p><p class='meta'>command <code>{_e(shlex.join(r.command))}</code></p>"
             f"<p class='meta'>{s.cpu_seconds:.2f} CPU-s · cores busy mean {s.cores_busy_mean:.2f}, peak "
-            f"{s.cores_busy_peak:.2f} · RSS peak {_e(format_bytes(s.rss_peak_bytes))} · {s.samples} samples</p>")
+            f"{s.cores_busy_peak:.2f} · RSS peak {_e(format_bytes(s.rss_peak_bytes))} · {s.samples} samples</p>"
+            + (f"<p class='meta'>sampled: {_e(sampled)}</p>" if (sampled := sampled_figures(s)) else ""))
 
 
 def _charts_html(prefix: str, specs: dict[str, dict]) -> tuple[str, dict[str, dict]]:

@@ -13,8 +13,10 @@ from tensorgauge.analyse.memory_breakdown import describe as describe_memory
 from tensorgauge.analyse.run_report import RunReport
 from tensorgauge.model import Phase, RunRecord, Sample
 from tensorgauge.render.phase_columns import phase_columns
-from tensorgauge.render.text import safe
+from tensorgauge.render.text import safe, sampled_figures
 from tensorgauge.units import format_bytes, format_seconds
+
+ON_THE_CPU_AND_MEMORY_LINES = ("cores_busy", "rss_bytes", "threads", "processes")  # shown on their own
 
 
 def command_text(command: list[str], width: int | None = None) -> str:
@@ -165,6 +167,9 @@ def render_run(console: Console, report: RunReport) -> None:
     uss = f"  USS max {format_bytes(s.uss_peak_bytes)} (of readings every 5 s)" if s.uss_peak_bytes else ""
     console.print(f"  memory   RSS peak {format_bytes(s.rss_peak_bytes)}{uss}   threads peak {s.threads_peak}"
                   f"   processes peak {s.processes_peak}   samples {s.samples}")
+    sampled = sampled_figures(s, leave_out=ON_THE_CPU_AND_MEMORY_LINES)
+    if sampled:
+        console.print(f"  sampled  {safe(sampled)}")
     held = report.memory.get("memory_breakdown")
     if held:
         console.print(f"  held     at the peak: {safe(describe_memory(held))}"

@@ -7,6 +7,9 @@ import re
 
 from rich.markup import escape
 
+from tensorgauge.model import shown_metrics
+from tensorgauge.units import format_quantity
+
 # C0 controls but tab and newline, DEL, and C1 controls (0x9b is a CSI on some terminals).
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 # Lone surrogates: the bytes of a name or argument that was not UTF-8 (Python's surrogateescape).
@@ -27,3 +30,16 @@ def plain(value: object) -> str:
 def safe(value: object) -> str:
     """``value`` for a rich console: control characters shown, markup escaped."""
     return escape(plain(value))
+
+
+def sampled_figures(summary, leave_out: tuple[str, ...] = ()) -> str:
+    """The run's mean and peak of every shown sampled metric (see :func:`tensorgauge.model.shown_metrics`)
+    that was read, but those in ``leave_out``: 'machine memory used mean 3.1 GiB, peak 3.4 GiB; ...'."""
+    parts = []
+    for metric in shown_metrics():
+        figures = (summary.metrics or {}).get(metric.name) or {}
+        if metric.name in leave_out or figures.get("peak") is None:
+            continue
+        parts.append(f"{metric.label} mean {format_quantity(figures.get('mean'), metric.unit)}, "
+                     f"peak {format_quantity(figures['peak'], metric.unit)}")
+    return "; ".join(parts)
