@@ -83,6 +83,8 @@ class Sample:
     processes: int = declared("int", "processes", source="tree", shown="processes")
     read_bytes: int | None = declared("int?", "bytes", "tree, cumulative, once a second", default=None)
     write_bytes: int | None = declared("int?", "bytes", "tree, cumulative, once a second", default=None)
+    open_fds: int | None = declared("int?", "descriptors", "tree's open file descriptors, once a second", default=None,
+                                    shown="open file descriptors")
     uss_bytes: int | None = declared("int?", "bytes", "tree, every few seconds (expensive)", default=None)
     pss_bytes: int | None = declared("int?", "bytes", "tree, every few seconds (expensive)", default=None)
     mem_used_bytes: int | None = declared("int?", "bytes", "whole machine, once a second", default=None,

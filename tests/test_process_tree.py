@@ -47,7 +47,10 @@ def test_tree_finds_grandchildren_and_sums_them():
         assert reading.processes == 2 and reading.threads >= 2 and reading.rss_bytes > 2 << 20
         assert set(reading.pids) == {root.pid, *descendants(root.pid)}
         assert reading.read_bytes is not None
-        assert ProcfsProcessTree(root.pid).read(io=False).read_bytes is None
+        fds = sum(len(os.listdir(f"/proc/{pid}/fd")) for pid in reading.pids)
+        assert reading.open_fds == fds and fds >= 6  # stdin, stdout, stderr of each
+        quick = ProcfsProcessTree(root.pid).read(io=False)
+        assert quick.read_bytes is None and quick.open_fds is None  # read once a second, with the I/O
         uss, pss = ProcfsProcessTree(root.pid).read_private()
         assert 0 < uss <= pss
     finally:

@@ -24,6 +24,7 @@ class TreeReading:
     processes: int
     read_bytes: int | None = None
     write_bytes: int | None = None
+    open_fds: int | None = None  # read with the I/O counters
     pids: tuple[int, ...] = ()  # the tree's processes (to find the job's share of each GPU)
 
 

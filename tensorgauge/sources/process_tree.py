@@ -190,6 +190,17 @@ class _Tree:
             write_bytes += counters.write_bytes
         return read_bytes, write_bytes
 
+    def _open_fds(self, pids: list[int]) -> int | None:
+        """File descriptors the tree holds open (a descriptor leak: sockets, files, pipes never closed)."""
+        total = 0
+        for pid in pids:
+            proc = self._process(pid)
+            try:
+                total += proc.num_fds() if proc else 0
+            except (psutil.Error, AttributeError):
+                return None
+        return total
+
     def read_private(self) -> tuple[int | None, int | None]:
         uss = pss = 0
         for pid in self._pids:
@@ -243,7 +254,7 @@ class ProcfsProcessTree(_Tree):
         read_bytes, write_bytes = self._io(alive) if io else (None, None)
         return TreeReading(cpu_seconds=self._monotonic_cpu(cpu), rss_bytes=rss, threads=threads,
                            processes=len(alive), read_bytes=read_bytes, write_bytes=write_bytes,
-                           pids=tuple(alive))
+                           open_fds=self._open_fds(alive) if io else None, pids=tuple(alive))
 
 
 class CgroupProcessTree(_Tree):
@@ -270,4 +281,5 @@ class CgroupProcessTree(_Tree):
         read_bytes, write_bytes = self._io(self._pids) if io else (None, None)
         return TreeReading(cpu_seconds=self._monotonic_cpu(self.cpu_before_seconds + cpu), rss_bytes=rss,
                            threads=threads, processes=len(self._pids), read_bytes=read_bytes,
-                           write_bytes=write_bytes, pids=tuple(self._pids))
+                           write_bytes=write_bytes, open_fds=self._open_fds(self._pids) if io else None,
+                           pids=tuple(self._pids))
