@@ -11,10 +11,11 @@ are all derived from these declarations (see :mod:`tensorgauge.checks`).
 from __future__ import annotations
 
 from dataclasses import MISSING, asdict, dataclass, field, fields
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 RUN_SCHEMA = "tensorgauge.run/1"
 
+Severity = Literal["high", "moderate", "low", "info"]  # a finding's, most severe first
 PHASE_KINDS = ("import", "fit", "epoch", "evaluate", "predict", "save", "load", "custom")
 
 
@@ -249,7 +250,7 @@ class Finding:
     """A diagnosis with a stable id, its evidence and the fix."""
 
     id: str
-    severity: str  # high | moderate | low | info
+    severity: Severity
     title: str
     evidence: dict[str, Any] = field(default_factory=dict)
     fix: str = ""

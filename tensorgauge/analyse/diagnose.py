@@ -14,7 +14,7 @@ import numpy as np
 
 from tensorgauge.analyse.phases import main_fit, model_calls
 from tensorgauge.analyse.rules import RunFacts, rule
-from tensorgauge.hook.protocol import TRAIN_LOOP, Kind
+from tensorgauge.hook.protocol import TRAIN_LOOP, FitConfig, Kind, PredictProbe, XlaProbe
 from tensorgauge.model import Event, Finding, Phase
 from tensorgauge.series import SampleSeries
 from tensorgauge.steps import StepDigest
@@ -42,7 +42,7 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms"
 
 
-def eager_execution(config: dict | None, fit: Phase | None, events: list[Event]) -> Finding | None:
+def eager_execution(config: FitConfig | None, fit: Phase | None, events: list[Event]) -> Finding | None:
     """fit told to run eagerly (on JAX also: jit_compile=False), or else a custom loop computing
     gradients outside any tf.function. Not on PyTorch: its steps are eager by design, and run_eagerly
     changes nothing there."""
@@ -175,7 +175,7 @@ def retracing(events: list[Event]) -> Finding | None:
         fix=fix, expected_gain=f"the {n} traces cost {cost} (measured); a stable function traces once")
 
 
-def thread_limited(config: dict | None, job: dict, fit: Phase | None, allowed: float,
+def thread_limited(config: FitConfig | None, job: dict, fit: Phase | None, allowed: float,
                    samples: SampleSeries | None = None) -> Finding | None:
     """A thread limit below the CPUs allowed that binds: fit keeps that many cores busy (its mean,
     or the median of its samples, so that a pause in the fit does not hide the limit)."""
@@ -233,7 +233,7 @@ def cpu_oversubscribed(samples: SampleSeries, fit: Phase | None, cpus: float, th
         expected_gain="not measured: less time lost to context switches and to threads preempted inside synchronised ops")
 
 
-def small_batch(config: dict | None, fit: Phase | None) -> Finding | None:
+def small_batch(config: FitConfig | None, fit: Phase | None) -> Finding | None:
     """Steps of under :data:`SMALL_STEP_SECONDS` on a batch of at most :data:`SMALL_BATCH`: Python's
     dispatch of each step costs as much as its work. The fix fits the training: fit's
     ``steps_per_execution``, or several steps inside one compiled function for a custom loop."""
@@ -459,7 +459,7 @@ def _small_batch(f: RunFacts) -> Finding | None:
 XLA_MODERATE, XLA_HIGH = 1.1, 1.5  # XLA step / plain step on a CPU
 
 
-def xla_on_cpu(config: dict | None, probe: dict | None, fit: Phase | None, gpus: int) -> Finding | None:
+def xla_on_cpu(config: FitConfig | None, probe: XlaProbe | None, fit: Phase | None, gpus: int) -> Finding | None:
     """fit compiled with XLA (jit_compile=True) on a machine without a GPU, where XLA is often
     several times slower; the ratio from the hook's probe (or a --try-fixes trial) when measured.
     TensorFlow only: on JAX, XLA is how every step runs (jit_compile=False there means eager)."""
@@ -497,7 +497,7 @@ def xla_on_cpu(config: dict | None, probe: dict | None, fit: Phase | None, gpus:
 
 @rule("xla_on_cpu", category="performance")
 def _xla_on_cpu(f: RunFacts) -> Finding | None:
-    probe = next((e.data for e in f.of_kind(Kind.XLA_PROBE)), None)
+    probe = next(iter(f.payloads(XlaProbe)), None)
     return xla_on_cpu(f.fit_config, probe, f.fit, len(f.summary.gpu))
 
 
@@ -526,7 +526,7 @@ def _stalls(f: RunFacts) -> Finding | None:
                   arrays=(f.fit_config or {}).get("dataset") is False)
 
 
-def predict_in_loop(phases: list[Phase], probe: dict | None, wall: float) -> Finding | None:
+def predict_in_loop(phases: list[Phase], probe: PredictProbe | None, wall: float) -> Finding | None:
     """Many small ``predict`` calls: each pays predict's fixed cost (a tf.data pipeline, a
     callback list, a compiled function lookup) for a batch or two."""
     small = [p for p in model_calls(phases, ("predict",)) if (p.steps or 0) <= PREDICT_SMALL_STEPS]
@@ -562,4 +562,4 @@ def predict_in_loop(phases: list[Phase], probe: dict | None, wall: float) -> Fin
 
 @rule("predict_in_loop", category="performance")
 def _predict_in_loop(f: RunFacts) -> Finding | None:
-    return predict_in_loop(f.phases, f.first_ok(Kind.PREDICT_PROBE), f.record.wall_seconds or 0.0)
+    return predict_in_loop(f.phases, f.first_ok(PredictProbe), f.record.wall_seconds or 0.0)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from tensorgauge.analyse.input_split import INPUT_HIGH, INPUT_MODERATE, backend_input_wait, fit_input, loop_verdict
 from tensorgauge.analyse.rules import RunFacts, rule
-from tensorgauge.hook.protocol import TRAIN_LOOP, Kind
+from tensorgauge.hook.protocol import TRAIN_LOOP, FitConfig, Kind, LoopInput
 from tensorgauge.model import Finding, Phase
 
 SATURATED = 0.85  # cores busy / cores allowed at which more parallelism cannot help
@@ -27,13 +27,13 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1000:.2f} ms" if seconds < 0.01 else f"{seconds * 1000:.1f} ms"
 
 
-def _stages(config: dict) -> list[str] | None:
+def _stages(config: FitConfig) -> list[str] | None:
     """The pipeline's stages, outermost first, named plainly ("Prefetch", "ParallelMap", "Map", ...)."""
     stages = config.get("dataset_stages")
     return [s.strip("_").removesuffix("Dataset").removesuffix("V2") for s in stages] if stages else None
 
 
-def pipeline_fix(config: dict | None, saturated: bool) -> str:
+def pipeline_fix(config: FitConfig | None, saturated: bool) -> str:
     """What to change in the pipeline, leaving out what it already does."""
     config = config or {}
     if config.get("dataset") is False:
@@ -73,7 +73,7 @@ def pipeline_fix(config: dict | None, saturated: bool) -> str:
     return already + text[0].upper() + text[1:] + "."
 
 
-def fit_input_bound(split: dict | None, fit: Phase | None, allowed: float, config: dict | None) -> Finding | None:
+def fit_input_bound(split: dict | None, fit: Phase | None, allowed: float, config: FitConfig | None) -> Finding | None:
     """A TensorFlow fit whose A/B established an input cost (see :func:`.input_split.ab_verdict`)."""
     if not split or not split.get("rounds") or not split.get("established") or fit is None:
         return None
@@ -104,7 +104,7 @@ def fit_input_bound(split: dict | None, fit: Phase | None, allowed: float, confi
                       f"{split.get('input_share_high', 0):.0%} of the step by round)")
 
 
-def loop_input_bound(loop: dict | None, fit: Phase | None, allowed: float, config: dict | None = None) -> Finding | None:
+def loop_input_bound(loop: LoopInput | None, fit: Phase | None, allowed: float, config: FitConfig | None = None) -> Finding | None:
     """A custom training loop whose ``next()`` waits longer than ``next()`` on one cached batch."""
     verdict = loop_verdict(loop)
     if verdict is None or not verdict["established"]:
@@ -164,7 +164,7 @@ def backend_input_bound(timed: dict, fit: Phase, allowed: float) -> Finding | No
 @rule("input_bound", category="performance")
 def _input_bound(f: RunFacts) -> Finding | None:
     if f.fit is not None and f.fit.name == TRAIN_LOOP:
-        return loop_input_bound(f.last(Kind.LOOP_INPUT), f.fit, f.cores_allowed, f.fit_config)
+        return loop_input_bound(f.last(LoopInput), f.fit, f.cores_allowed, f.fit_config)
     timed = fit_input(f.of_kind(Kind.FIT_INPUT), f.fit) if f.fit is not None else None
     if timed is not None and f.fit is not None:
         return backend_input_bound(timed, f.fit, f.cores_allowed)

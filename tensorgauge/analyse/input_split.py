@@ -12,7 +12,7 @@ import math
 import statistics
 
 from tensorgauge.analyse.phases import main_fit
-from tensorgauge.hook.protocol import TRAIN_LOOP, WINDOW_START, Kind
+from tensorgauge.hook.protocol import TRAIN_LOOP, WINDOW_START, Kind, LoopInput, as_payload
 from tensorgauge.model import Event, Phase
 
 # Input's share of a step: >= 20% high, 5-20% moderate (the TF Profiler's grading).
@@ -38,7 +38,8 @@ def input_split(events: list[Event], phases: list[Phase]) -> dict | None:
     fit = main_fit(phases)
     if fit is None:
         return None
-    loop = next((e.data for e in reversed(events) if e.kind == Kind.LOOP_INPUT), None)  # the latest sums
+    loop = next((as_payload(e.data, LoopInput) for e in reversed(events) if e.kind == Kind.LOOP_INPUT),
+                None)  # the latest sums
     if loop is not None and fit.name == TRAIN_LOOP:
         return _loop_split(loop)
     timed = fit_input(events, fit)
@@ -171,7 +172,7 @@ def _backend_split(timed: dict, fit: Phase) -> dict:
             "compute_probe": None, "cost_seconds": 0.0, "allowance_seconds": None}
 
 
-def loop_verdict(loop: dict | None) -> dict | None:
+def loop_verdict(loop: LoopInput | None) -> dict | None:
     """A custom loop's input cost from its ``next()`` calls paired with ``next()`` on its first batch
     cached (the dispatch any iterator costs: step overhead, not input), timed in turn just before and
     just after the real one: each order is off by what the first call after a step pays, the mean of
@@ -198,7 +199,7 @@ def loop_verdict(loop: dict | None) -> dict | None:
             "measured_by": "next() on the loop's iterator against next() on its first batch cached"}
 
 
-def _loop_split(loop: dict) -> dict:
+def _loop_split(loop: LoopInput) -> dict:
     """A custom training loop's input wait: its ``next()`` calls against the cached batch's (see
     :func:`loop_verdict`), or, where none were paired, not measured."""
     verdict = loop_verdict(loop)

@@ -15,7 +15,7 @@ from collections import defaultdict
 
 from tensorgauge.analyse.rules import RunFacts, rule
 from tensorgauge.hook.facts import short_device
-from tensorgauge.hook.protocol import Kind
+from tensorgauge.hook.protocol import Kind, Placement
 from tensorgauge.model import Finding
 from tensorgauge.units import format_bytes
 
@@ -199,7 +199,7 @@ def _gpu_not_visible(f: RunFacts) -> Finding | None:
 
 @rule("variables_on_cpu", category="placement")
 def _variables_on_cpu(f: RunFacts) -> Finding | None:
-    placed = f.last(Kind.PLACEMENT)
+    placed = f.last(Placement)
     if not gpus_seen(f.job) or placed is None:
         return None
     held: dict[str, int] = {name: d["bytes"] for name, d in (placed.get("devices") or {}).items()
@@ -216,7 +216,7 @@ def gpu_unused(f: RunFacts) -> Finding | None:
         return None
     if fit.gpu_util_mean >= GPU_IDLE_UTIL or fit.cores_busy_mean < 0.5:
         return None
-    placed = f.last(Kind.PLACEMENT)
+    placed = f.last(Placement)
     weights = {name: d.get("bytes") for name, d in ((placed or {}).get("devices") or {}).items() if isinstance(d, dict)}
     if f.job.get("keras_backend") in FRAMEWORKS:
         fix = ("Look for a with keras.device('cpu') scope (or jax.default_device, torch.device) around the model's "

@@ -15,15 +15,15 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
 from tensorgauge.analyse.phases import main_fit
-from tensorgauge.hook.protocol import TRAIN_LOOP, Kind
-from tensorgauge.model import Event, Finding, Phase, RunRecord, Summary
+from tensorgauge.hook.protocol import TRAIN_LOOP, FitConfig, Kind, P, as_payload, kind_of
+from tensorgauge.model import Event, Finding, Phase, RunRecord, Severity, Summary
 from tensorgauge.series import SampleSeries
 from tensorgauge.steps import StepDigest
 
-SEVERITY_ORDER = ("high", "moderate", "low", "info")
+SEVERITY_ORDER: tuple[Severity, ...] = get_args(Severity)
 CATEGORIES = ("performance", "memory", "placement")
 
 
@@ -55,13 +55,14 @@ class RunFacts:
         return list(step_digests(self.events).values())
 
     @functools.cached_property
-    def fit_config(self) -> dict | None:
+    def fit_config(self) -> FitConfig | None:
         """The config of the run's main training: a fit's, or the custom loop's (sent at its first step)."""
         if self.fit is not None and self.fit.name == TRAIN_LOOP:
-            return next((e.data for e in self.of_kind(Kind.FIT_CONFIG) if e.data.get("loop")), None)
+            return next((as_payload(e.data, FitConfig) for e in self.of_kind(Kind.FIT_CONFIG) if e.data.get("loop")),
+                        None)
         found = [e for e in self.of_kind(Kind.FIT_CONFIG)
                  if not e.data.get("loop") and (self.fit is None or e.t <= self.fit.start + 1e-6)]
-        return found[-1].data if found else None
+        return as_payload(found[-1].data, FitConfig) if found else None
 
     @functools.cached_property
     def input_split(self) -> dict | None:
@@ -73,15 +74,21 @@ class RunFacts:
     def of_kind(self, kind: str) -> list[Event]:
         return self.by_kind.get(kind, [])
 
-    def last(self, kind: str, before: float | None = None) -> dict | None:
-        """The payload of the last event of ``kind`` (at or before ``before``)."""
-        found = [e for e in self.of_kind(kind) if before is None or e.t <= before + 1e-6]
-        return found[-1].data if found else None
+    def payloads(self, payload: type[P]) -> list[P]:
+        """The data of every event whose kind declares ``payload`` (a TypedDict of :mod:`~tensorgauge.hook.protocol`),
+        typed as it."""
+        return [as_payload(e.data, payload) for e in self.of_kind(kind_of(payload))]
 
-    def first_ok(self, kind: str) -> dict | None:
-        """The payload of the first event of ``kind`` that reports a measurement (no error, not skipped)."""
-        return next((e.data for e in self.of_kind(kind) if not e.data.get("error") and not e.data.get("skipped")),
-                    None)
+    def last(self, payload: type[P], before: float | None = None) -> P | None:
+        """The data of the last event whose kind declares ``payload`` (at or before ``before``)."""
+        found = [e for e in self.of_kind(kind_of(payload)) if before is None or e.t <= before + 1e-6]
+        return as_payload(found[-1].data, payload) if found else None
+
+    def first_ok(self, payload: type[P]) -> P | None:
+        """The data of the first event whose kind declares ``payload`` that reports a measurement (no error,
+        not skipped)."""
+        return next((as_payload(e.data, payload) for e in self.of_kind(kind_of(payload))
+                     if not e.data.get("error") and not e.data.get("skipped")), None)
 
 
 Rule = Callable[[RunFacts], "Finding | Iterable[Finding] | None"]

@@ -10,7 +10,8 @@ seconds and ``rss`` bytes at that instant (see :class:`Common`).
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from collections.abc import Mapping
+from typing import Any, TypedDict, TypeVar, cast
 
 # -- environment variables: set by the monitor, read in the job ------------------
 
@@ -347,3 +348,16 @@ PAYLOADS: dict[str, type] = {
     Kind.EAGER_PROBE: EagerProbe, Kind.FIT_INPUT: FitInput, Kind.MEMORY_FACTS: MemoryFacts, Kind.JOB_ERROR: JobError,
     Kind.BATCH_TRIAL: BatchTrial, Kind.BATCH_SEARCH: BatchSearch,
 }
+
+KIND_OF: dict[type, str] = {payload: kind for kind, payload in PAYLOADS.items()}
+P = TypeVar("P", bound=Mapping[str, Any])
+
+
+def kind_of(payload: type) -> str:
+    """The event kind whose payload is the TypedDict ``payload``."""
+    return KIND_OF[payload]
+
+
+def as_payload(data: Mapping[str, Any], payload: type[P]) -> P:
+    """An event's data read as the TypedDict its kind declares (for the type checker: no copy)."""
+    return cast(P, data)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.live.state import LiveState
-from tensorgauge.model import shown_metrics
+from tensorgauge.model import Event, RunRecord, Sample, shown_metrics
 
 DEFAULT_HOST = "127.0.0.1"
 
@@ -62,12 +62,12 @@ class PrometheusExporter:
             raise TensorgaugeError(f"cannot serve Prometheus metrics on {self.host}:{self.port}: "
                                    f"{exc.strerror}") from None
 
-    def start(self, record) -> None:
+    def start(self, record: RunRecord) -> None:
         """Labels from the run: its job and worker (or run id)."""
         worker = (record.env.get("worker") or {}).get("worker") or record.run_id
         self.labels = {"job": record.job_id or record.name or record.run_id, "worker": worker}
 
-    def observe(self, sample, events) -> None:
+    def observe(self, sample: Sample | None, events: list[Event]) -> None:
         self.state.update(sample, events)
         s, labels = self.state.sample, self.labels
         if s is None:

@@ -17,7 +17,7 @@ import time
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.hook.protocol import Kind
 from tensorgauge.live.state import LiveState
-from tensorgauge.model import shown_metrics
+from tensorgauge.model import Event, RunRecord, Sample, shown_metrics
 
 SUBDIR = "tensorgauge"
 WRITE_SECONDS = 1.0
@@ -47,7 +47,7 @@ class TensorBoardWriter:
         self._epoch_count = 0
         self._written_step: int | None = None
 
-    def start(self, record) -> None:
+    def start(self, record: RunRecord) -> None:
         """Nothing to set up: the event file is open from the start."""
 
     def _write(self, tag_values: dict[str, float], step: int, t: float) -> None:
@@ -55,7 +55,7 @@ class TensorBoardWriter:
                                                    for tag, value in tag_values.items()])
         self.writer.add_event(self._event_pb2.Event(wall_time=self.wall_t0 + t, step=step, summary=summary))
 
-    def observe(self, sample, events) -> None:
+    def observe(self, sample: Sample | None, events: list[Event]) -> None:
         if any(e.kind == Kind.PHASE_BEGIN and e.data.get("phase_kind") == "epoch" for e in events):
             self._epoch_sums, self._epoch_count = {}, 0  # an epoch's mean starts at its beginning
         self.state.update(sample, events)

@@ -9,7 +9,7 @@ from rich.live import Live
 from rich.table import Table
 
 from tensorgauge.live.state import LiveState
-from tensorgauge.model import shown_metrics
+from tensorgauge.model import Event, RunRecord, Sample, shown_metrics
 from tensorgauge.render.text import safe
 from tensorgauge.units import format_bytes, format_quantity, format_seconds
 
@@ -34,13 +34,13 @@ class LiveView:
         self.run_id, self.cores_allowed = "", 1.0
         self.live: Live | None = None
 
-    def start(self, record) -> None:
+    def start(self, record: RunRecord) -> None:
         self.run_id = record.run_id
         self.cores_allowed = float((record.env.get("host") or {}).get("cores_allowed") or 1)
         self.live = Live(self.render(), console=self.console, refresh_per_second=4, transient=False)
         self.live.start()
 
-    def observe(self, sample, events) -> None:
+    def observe(self, sample: Sample | None, events: list[Event]) -> None:
         self.state.update(sample, events)
         if self.live is not None:
             self.live.update(self.render())

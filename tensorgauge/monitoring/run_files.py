@@ -22,6 +22,8 @@ import shutil
 import tempfile
 import time
 
+from tensorgauge.model import Event, Sample
+
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -78,7 +80,7 @@ class SpaceWatch:
         self._next = 0.0
         self.told = False
 
-    def observe(self, sample, events) -> None:
+    def observe(self, sample: Sample | None, events: list[Event]) -> None:
         now = self.clock()
         if self.told or now < self._next:
             return
