@@ -12,9 +12,7 @@ guardian process stops the job's tree if the monitor is killed
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import os
-import secrets
 import shlex
 import shutil
 import signal
@@ -27,17 +25,22 @@ from pathlib import Path
 from typing import Any
 
 from tensorgauge.errors import TensorgaugeError
-from tensorgauge.hook import channel as hook_channel
 from tensorgauge.hook.protocol import DIAGNOSE_ENV, EVENTS_ENV, NO_CGROUP_ENV, NO_HOOK_ENV, RUN_ID_ENV, Kind
 from tensorgauge.model import RunRecord
 from tensorgauge.monitoring.budget import BudgetWatch, kill_tree
 from tensorgauge.monitoring.guard import Guard
 from tensorgauge.monitoring.limits import Budget, check_interval
-from tensorgauge.monitoring.monitor import Monitor, Observer, Sources
-from tensorgauge.monitoring.recorder import Recorder
+from tensorgauge.monitoring.monitor import Observer, Sources
+from tensorgauge.monitoring.recording import (
+    STORE_WAIT_SECONDS,
+    Recording,
+    new_record,
+    new_run_id,
+    now_iso,
+    working_folder,
+)
 from tensorgauge.monitoring.run_files import RunFiles, SpaceWatch
 from tensorgauge.monitoring.sampler import Sampler
-from tensorgauge.monitoring.writer import StoreWriter
 from tensorgauge.sources import cgroup
 from tensorgauge.sources.cluster import worker_identity
 from tensorgauge.sources.process_tree import descendants
@@ -47,7 +50,6 @@ HOOK_SITE_DIR = Path(__file__).parent.parent / "hook" / "_site"
 
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _WAKE_SIGNALS = (signal.SIGCHLD, *_FORWARDED_SIGNALS)
-STORE_WAIT_SECONDS = 120.0  # how long the end of a run waits for a locked or busy store
 STOP_GRACE_SECONDS = 10.0  # after a SIGTERM passed on, the job's tree is killed if it still runs (docker's)
 _OWN_PROCESS_GROUP: dict = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
 
@@ -59,10 +61,6 @@ class RunResult:
     warning: str | None = None  # recording stopped early (a full disk, a bug): the job ran on
     rss_peak_bytes: int = 0  # of the samples taken (the end-of-run line needs no reading back)
     phases: int = 0  # phases begun
-
-
-def new_run_id() -> str:
-    return f"{dt.datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
 
 
 def resolve_command(command: list[str]) -> list[str]:
@@ -146,7 +144,7 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     if budget is not None and not budget.empty:
         watch = BudgetWatch(budget, files.stop_path, checkpoint_dir)
         env.update(watch.environment())
-    cwd = _cwd()
+    cwd = working_folder()
 
     # The job's cgroup (with its caps) and its guardian exist before the job does; the job places itself
     # in the cgroup before its first instruction (see _placed): nothing it forks can start outside.
@@ -156,7 +154,7 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     procs = [str(d / "cgroup.procs") for d in group.dirs()] if group else []
     guard = None if keep_job_on_failure else Guard.start(procs, files.directory)
     t0 = clock.now()
-    started_at = dt.datetime.now().astimezone().isoformat(timespec="milliseconds")
+    started_at = now_iso()
     try:
         with watch.inherited() if watch else contextlib.nullcontext():
             child = subprocess.Popen(_placed(command, procs), env=env, **_OWN_PROCESS_GROUP)
@@ -177,7 +175,6 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     ended = _ChildEnd(child.pid, group, stop_grace_seconds)
     old_handlers = {sig: signal.signal(sig, ended.on_signal) for sig in _FORWARDED_SIGNALS}
     terminal = _Terminal.hand_to(child.pid)
-    writer = StoreWriter(store)
     gpus = None
     try:
         tree, group = sources.watch_tree(child.pid, run_id, group)
@@ -189,20 +186,17 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
         gpus = sources.open_gpus()
         job_id, worker = worker_identity(env, job)
         # "gpus": what the driver shows, whatever TensorFlow sees.
-        record = RunRecord(run_id=run_id, command=list(command), started_at=started_at, name=name,
-                           cwd=cwd, interval_seconds=interval_seconds, t0_monotonic=t0,
-                           tree_source="cgroup" if group else "procfs", job_id=job_id,
-                           env={"host": {**sources.host(), "gpus": gpus.names},
-                                **({"worker": worker} if worker else {})})
-        writer.save_run(record)
+        record = new_record(run_id, command, t0, started_at=started_at, cwd=cwd, name=name,
+                            interval_seconds=interval_seconds, tree_source="cgroup" if group else "procfs",
+                            job_id=job_id, env={"host": {**sources.host(), "gpus": gpus.names},
+                                                **({"worker": worker} if worker else {})})
+        recording = Recording(store, record, clock)
         if on_start:
             on_start(record)
-        recorder = Recorder(writer, record, t0, clock)
         space = [SpaceWatch(files.directory, report)] if report else []
-        monitor = Monitor(Sampler(tree, sources.system, gpus, clock, t0), recorder,
-                          hook_channel.EventReader(files.events_path), interval_seconds=interval_seconds,
-                          watch=watch, kill=lambda: _kill_tree(child.pid, group), observers=[*observers, *space],
-                          report=report)
+        monitor = recording.monitor(Sampler(tree, sources.system, gpus, clock, t0), files.events_path,
+                                    interval_seconds, report=report, watch=watch,
+                                    kill=lambda: _kill_tree(child.pid, group), observers=[*observers, *space])
         monitor.run(ended.wait)
         end = monitor.ended_at or clock.now()  # the job's end, not the last events' reading after it
     except BaseException:
@@ -232,16 +226,11 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
 
     status, rusage = ended.status, ended.rusage
     assert status is not None  # reaped above
-    stored_all = writer.flush(store_wait_seconds)
+    stored_all = recording.settle(store_wait_seconds)
     record.wall_seconds = end - t0
-    record.samples_taken = monitor.samples_taken
-    record.samples_lost = writer.state.samples_lost or None
-    record.recording_error = monitor.warning or writer.state.error
     record.cpu_seconds_total = max(rusage.ru_utime + rusage.ru_stime, group_cpu)
     record.rss_max_bytes = rusage.ru_maxrss * 1024  # Linux reports KiB
     record.complete = True
-    record.events_skipped = recorder.events_skipped or None
-    record.events_dropped = recorder.events_dropped or None
     # The kernel's OOM killer, not the watchdog: a kill the budget watch made is its own (said in the budget).
     oom_kills = (oom_before is not None and oom_after is not None and oom_after > oom_before
                  and (watch is None or watch.killed_at is None))
@@ -256,17 +245,18 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
         # the wrapper itself went on to exit normally.
         record.oom_killed = bool(group) and oom_kills
     if watch:
-        stops = [e for e in recorder.seen if e.kind == Kind.BUDGET_STOP]
-        failed = [e for e in recorder.seen if e.kind == Kind.BUDGET_CHECKPOINT_FAILED]
-        gpu = [e.data for e in recorder.seen if e.kind == Kind.BUDGET_GPU_MEMORY]
+        seen = recording.recorder.seen
+        stops = [e for e in seen if e.kind == Kind.BUDGET_STOP]
+        failed = [e for e in seen if e.kind == Kind.BUDGET_CHECKPOINT_FAILED]
+        gpu = [e.data for e in seen if e.kind == Kind.BUDGET_GPU_MEMORY]
         record.budget = watch.result(record.signal, record.exit_code, record.oom_killed,
                                      stops[-1].data.get("checkpoint") if stops and not failed else None,
                                      {"gpus": gpu[-1].get("gpus"), "error": gpu[-1].get("error")} if gpu else None,
                                      hook_stopped=bool(stops), processes=getattr(tree, "processes", list)())
         if record.wall_seconds:  # what the job really used, to hold against a CPU budget
             record.budget["cores_busy_mean"] = round(record.cpu_seconds_total / record.wall_seconds, 3)
-    writer.save_run(record)
-    stored_all = writer.close(store_wait_seconds) and stored_all and not writer.state.samples_lost
+    writer = recording.writer
+    stored_all = recording.finish(store_wait_seconds) and stored_all and not writer.state.samples_lost
     warning = monitor.warning
     if writer.removed:
         warning = "the run was removed (tensorgauge rm) while it was recorded: nothing more was stored"
@@ -282,14 +272,7 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
         if report:
             report(warning)
     return RunResult(record=record, exit_code=exit_code, warning=warning, rss_peak_bytes=monitor.rss_peak_bytes,
-                     phases=recorder.phases_begun)
-
-
-def _cwd() -> str | None:
-    try:
-        return os.getcwd()
-    except OSError:  # the working folder was deleted
-        return None
+                     phases=recording.recorder.phases_begun)
 
 
 def _kill_tree(pid: int, group) -> None:

@@ -1,0 +1,86 @@
+"""One run being recorded, the same way under ``tensorgauge run`` and ``tensorgauge.monitor()``: its
+record saved as it starts, the monitor loop feeding the store writer, and at its end the recording's
+own figures (samples taken and lost, events skipped and dropped, what went wrong) put in the record
+and the record saved, the store given a bounded wait to take it all.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+from tensorgauge.hook.channel import EventReader
+from tensorgauge.model import RunRecord
+from tensorgauge.monitoring.monitor import Monitor
+from tensorgauge.monitoring.recorder import Recorder
+from tensorgauge.monitoring.sampler import Sampler
+from tensorgauge.monitoring.writer import StoreWriter
+from tensorgauge.sources import Clock
+from tensorgauge.store import Store
+
+STORE_WAIT_SECONDS = 120.0  # how long the end of a run waits for a locked or busy store
+
+
+def new_run_id() -> str:
+    return f"{dt.datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def working_folder() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:  # the working folder was deleted
+        return None
+
+
+def now_iso() -> str:
+    """Local time now, with its offset, to the millisecond."""
+    return dt.datetime.now().astimezone().isoformat(timespec="milliseconds")
+
+
+def new_record(run_id: str, command: list[str], t0: float, started_at: str | None = None,
+               cwd: str | None = None, **fields: Any) -> RunRecord:
+    """The record of a run that started at ``t0`` on the monitor's clock (``started_at``: now) in ``cwd``
+    (this working folder)."""
+    return RunRecord(run_id=run_id, command=list(command), started_at=started_at or now_iso(),
+                     cwd=cwd or working_folder(), t0_monotonic=t0, **fields)
+
+
+class Recording:
+    """A run from its record's first save to its last: :meth:`monitor` builds the loop, :meth:`settle`
+    waits for the store and fills the recording's figures, :meth:`finish` saves the record and closes
+    the writer. The store is written on a thread of its own (:class:`StoreWriter`): the job never waits
+    on it."""
+
+    def __init__(self, store: Store, record: RunRecord, clock: Clock):
+        self.store, self.record = store, record
+        self.writer = StoreWriter(store)
+        self.writer.save_run(record)
+        self.recorder = Recorder(self.writer, record, record.t0_monotonic or 0.0, clock)
+        self.loop: Monitor | None = None
+
+    def monitor(self, sampler: Sampler, events_path: str, interval_seconds: float,
+                report: Callable[[str], None] | None = None, **options: Any) -> Monitor:
+        """The monitor loop of this run (its sampler, the job's events), run by the caller."""
+        self.loop = Monitor(sampler, self.recorder, EventReader(events_path), interval_seconds=interval_seconds,
+                            report=report, **options)
+        return self.loop
+
+    def settle(self, wait_seconds: float = STORE_WAIT_SECONDS) -> bool:
+        """After the loop: the store given up to ``wait_seconds`` to take what was recorded (True if it did),
+        and the recording's own figures in the record."""
+        stored = self.writer.flush(wait_seconds)
+        record, loop = self.record, self.loop
+        record.samples_taken = loop.samples_taken if loop else 0
+        record.samples_lost = self.writer.state.samples_lost or None
+        record.recording_error = (loop.warning if loop else None) or self.writer.state.error
+        record.events_skipped = self.recorder.events_skipped or None
+        record.events_dropped = self.recorder.events_dropped or None
+        return stored
+
+    def finish(self, wait_seconds: float = STORE_WAIT_SECONDS) -> bool:
+        """The record saved, the writer closed: True if the store took what was left within ``wait_seconds``."""
+        self.writer.save_run(self.record)
+        return self.writer.close(wait_seconds)
