@@ -103,7 +103,7 @@ def test_a_fit_that_ends_before_three_rounds_says_so(monkeypatch, events):
 def test_the_ab_keeps_its_cost_within_the_allowance_as_it_runs(monkeypatch, events):
     clock = Clock()
     monkeypatch.setattr(input_ab.time, "monotonic", clock)
-    monkeypatch.setattr("tensorgauge.hook.probes.time.monotonic", clock)
+    monkeypatch.setattr("tensorgauge.hook.timing.time.monotonic", clock)
     model = FakeModel(clock, 0.01, 0.01)
     ab = InputAB(model, None, 5, allowance_seconds=0.13, clock=clock)  # a third of it for each excursion
     ab.iterator = "cached"
@@ -127,7 +127,7 @@ def test_the_making_of_the_cached_batch_is_paid_once_not_expected_of_every_round
     later round from it left a 29% input cost with two rounds on a loaded machine, and no verdict."""
     clock = Clock()
     monkeypatch.setattr(input_ab.time, "monotonic", clock)
-    monkeypatch.setattr("tensorgauge.hook.probes.time.monotonic", clock)
+    monkeypatch.setattr("tensorgauge.hook.timing.time.monotonic", clock)
 
     def slow_cached_input(x, y, batch_size, spec=None):
         clock.now += 0.3

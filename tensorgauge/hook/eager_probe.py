@@ -21,6 +21,7 @@ import time
 
 from tensorgauge.hook.channel import channel
 from tensorgauge.hook.protocol import Kind
+from tensorgauge.hook.timing import time_calls
 
 PROBE_AT, STEPS, WARMUP = 20, 8, 2
 AUTO_AFTER_SECONDS = 200.0
@@ -37,15 +38,6 @@ def skip_reason(mode: str) -> str:
     return ("diagnosis is off (--no-diagnose)" if not mode else
             f"the loop ran under {AUTO_AFTER_SECONDS:.0f} s, too short to pay for a trace of its model within the "
             "diagnosis' 1% bound; tensorgauge run --diagnose measures it")
-
-
-def _timed(tf, function, args, kwargs, steps: int) -> list[float]:
-    times = []
-    for _ in range(steps):
-        began = time.monotonic()
-        function(*args, **kwargs).numpy()  # the loss: waits for the step
-        times.append(time.monotonic() - began)
-    return times
 
 
 def probe(model, optimizer, args: tuple, kwargs: dict, steps: int = STEPS) -> float:
@@ -70,10 +62,10 @@ def probe(model, optimizer, args: tuple, kwargs: dict, steps: int = STEPS) -> fl
             return loss
 
         try:
-            eager = _timed(tf, tensorgauge_eager_probe, args, kwargs, steps + WARMUP)[WARMUP:]
+            eager = time_calls(lambda: tensorgauge_eager_probe(*args, **kwargs), steps + WARMUP)[WARMUP:]
             compiled = tf.function(tensorgauge_eager_probe)
-            first = _timed(tf, compiled, args, kwargs, 1)[0]
-            graph = _timed(tf, compiled, args, kwargs, steps + WARMUP)[WARMUP:]
+            first = time_calls(lambda: compiled(*args, **kwargs), 1)[0]  # its trace
+            graph = time_calls(lambda: compiled(*args, **kwargs), steps + WARMUP)[WARMUP:]
         finally:
             for variable, value in saved:
                 variable.assign(value)

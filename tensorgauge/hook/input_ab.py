@@ -34,8 +34,9 @@ import statistics
 import time
 
 from tensorgauge.hook.channel import channel
-from tensorgauge.hook.probes import cached_input, restored, time_steps, wait_for
+from tensorgauge.hook.probes import cached_input, restored, time_steps
 from tensorgauge.hook.protocol import Kind
+from tensorgauge.hook.timing import wait_for
 
 ROUNDS, MIN_ROUNDS = 5, 3
 SETTLE_STEPS, REAL_STEPS, PROBE_STEPS = 2, 8, 6

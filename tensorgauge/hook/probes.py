@@ -19,8 +19,9 @@ from tensorgauge.hook.channel import channel
 from tensorgauge.hook.dataset_facts import element_bytes
 from tensorgauge.hook.diagnose import PYTHON_OPS, _batch_stage_size, _pipeline_ops
 from tensorgauge.hook.protocol import Kind
+from tensorgauge.hook.timing import MIN_STEPS, time_calls
 
-PROBE_STEPS, PROBE_MIN_STEPS, PROBE_WARMUP = 32, 4, 1
+PROBE_STEPS, PROBE_MIN_STEPS, PROBE_WARMUP = 32, MIN_STEPS, 1
 PEEK_MAX_SHUFFLE = 10_000  # a shuffle buffer larger than this makes a peek at one real batch too costly,
 PEEK_MAX_SHUFFLE_BYTES = 32 << 20  # ... and one holding more than this (a new iterator fills a copy of it)
 
@@ -122,28 +123,10 @@ def restored(model):
             variable.assign(value)
 
 
-def wait_for(logs) -> None:
-    """Block until a train function's results exist (a GPU runs its ops after the call returns)."""
-    tf = sys.modules.get("tensorflow")
-    if tf is not None:
-        tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, logs)
-
-
 def time_steps(function, iterator, steps: int, seconds: float | None = None, began: float = 0.0,
                min_steps: int = PROBE_MIN_STEPS, gap: float = 0.0) -> list[float]:
-    """Seconds of each call of a train function on ``iterator``, up to ``steps`` calls, stopping
-    before a call that would end past ``seconds`` since ``began`` (after ``min_steps``); ``gap``
-    seconds of pause before each call (not timed)."""
-    times: list[float] = []
-    while len(times) < steps:
-        if gap > 0:
-            time.sleep(gap)
-        start = time.monotonic()
-        wait_for(function(iterator))
-        times.append(time.monotonic() - start)
-        if seconds is not None and len(times) >= min_steps and time.monotonic() - began + times[-1] > seconds:
-            break
-    return times
+    """Seconds of each call of a train function on ``iterator`` (see :func:`.timing.time_calls`)."""
+    return time_calls(lambda: function(iterator), steps, seconds, began, min_steps, gap)
 
 
 def shapes_of(batch) -> list[list[int]]:
