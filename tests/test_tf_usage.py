@@ -108,6 +108,26 @@ def test_a_prefetched_map_taking_the_cores_counts_as_input_bound_in_a_plain_run(
         assert "competing for" in found["input_bound"].title or "taking the cores" in found["input_bound"].title
 
 
+def test_tiny_steps_get_the_measured_gain_of_steps_per_execution(store_path, tg_cmd, tmp_path):
+    """--diagnose times the fit's model with 32 steps a call against one, on one repeated batch; the gain
+    it measures is checked against the same fit compiled with steps_per_execution=32, without the tool."""
+    truth_path = tmp_path / "truth.json"
+    result = subprocess.run([*tg_cmd, "run", "-q", "--diagnose", "--", sys.executable, str(JOBS / "tiny_steps.py"),
+                             str(truth_path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    truth = json.loads(truth_path.read_text())
+    assert truth["steps_per_execution_after"] == 1  # the trial put the model's setting back
+    own = truth["step_seconds"] / truth["spe32_step_seconds"]
+    assert own > 1.3, truth  # the job's premise: dispatch dominates its steps
+    finding = {f.id: f for f in RunReport.load(Store.open(store_path), "last").findings}["small_batch"]
+    measured = finding.evidence["trial_single_step_seconds"] / finding.evidence["trial_step_seconds"]
+    assert "measured here" in finding.expected_gain and measured > 1.3
+    assert 1 / 3 < measured / own < 3, (finding.evidence, truth)  # a factor: this VM's speed drifts
+    # Without --diagnose the trial (a second train function traced) is not run, and the finding says so.
+    plain = run_job(tg_cmd, store_path, str(JOBS / "tiny_steps.py"), str(truth_path))
+    assert "--diagnose" in plain["small_batch"].expected_gain
+
+
 def test_xla_on_a_cpu_is_timed_against_the_same_step_without_it(store_path, tg_cmd):
     result = subprocess.run([*tg_cmd, "run", "-q", "--diagnose", "--", sys.executable, str(JOBS / "xla_on_cpu.py")],
                             capture_output=True, text=True)

@@ -29,7 +29,7 @@ from tensorgauge.hook.channel import channel
 from tensorgauge.hook.diagnose import fit_epochs, keras_backend, mode
 from tensorgauge.hook.input_ab import InputAB, rounds_plan
 from tensorgauge.hook.listeners import FitCall, FitListener, on_fit
-from tensorgauge.hook.probes import xla_on_cpu, xla_probe
+from tensorgauge.hook.probes import small_steps, spe_probe, xla_on_cpu, xla_probe
 from tensorgauge.hook.profiler_window import (
     WINDOW_STEPS,
     ProfilerWindow,
@@ -185,6 +185,12 @@ class _InputDiagnosis(FitListener):
         elif xla_on_cpu(model):  # a step built again without XLA: its trace, then steps of each kind
             channel().emit(Kind.XLA_PROBE, skipped="XLA against no XLA needs a second train function traced "
                            "(seconds): tensorgauge run --try-fixes (or --diagnose) measures it")
+        if len(self.starts) > 4 and small_steps(model, self._step_seconds(), (self.call.fit_input or (0, 0, None))[2]):
+            if self.unbounded:
+                spe_probe(model, self.call.fit_input)
+            else:  # a train function traced again with N steps a call: seconds, past the 1% bound
+                channel().emit(Kind.SPE_PROBE, skipped="steps_per_execution needs a second train function traced "
+                               "(seconds): tensorgauge run --diagnose measures it")
 
 
 @on_fit

@@ -18,7 +18,7 @@ import time
 from tensorgauge.hook.channel import channel
 from tensorgauge.hook.dataset_facts import element_bytes
 from tensorgauge.hook.diagnose import PYTHON_OPS, _batch_stage_size, _pipeline_ops
-from tensorgauge.hook.protocol import Kind
+from tensorgauge.hook.protocol import SMALL_BATCH, SMALL_STEP_SECONDS, SPE_TRIAL, Kind
 from tensorgauge.hook.timing import MIN_STEPS, time_calls
 
 PROBE_STEPS, PROBE_MIN_STEPS, PROBE_WARMUP = 32, MIN_STEPS, 1
@@ -182,3 +182,34 @@ def xla_probe(model, fit_input, steps: int = PROBE_STEPS // 2) -> None:
                        plain_trace_seconds=plain[0], total_seconds=time.monotonic() - began)
     except Exception as exc:
         channel().emit(Kind.XLA_PROBE, error=f"{type(exc).__name__}: {exc}")
+
+
+def small_steps(model, step_seconds: float, batch_size: int | None) -> bool:
+    """fit's steps are tiny on a small batch, one step a call: a steps_per_execution trial may pay."""
+    per_execution = getattr(model, "steps_per_execution", 1)
+    return (step_seconds < SMALL_STEP_SECONDS and (batch_size is None or batch_size <= SMALL_BATCH)
+            and isinstance(per_execution, int) and per_execution == 1 and hasattr(model, "make_train_function"))
+
+
+def spe_probe(model, fit_input, per_execution: int = SPE_TRIAL, calls: int = PROBE_STEPS // 4) -> None:
+    """fit's train function (one step a call) against the same built with ``steps_per_execution``
+    = ``per_execution`` (that many steps a call, Python dispatching once), on one repeated batch:
+    :data:`PROBE_STEPS` single steps, ``calls`` calls of the other (its first, the trace, timed apart).
+    The model's variables, its steps_per_execution and its train function are restored after."""
+    try:
+        began = time.monotonic()
+        iterator, _, _ = cached_input(*fit_input)
+        function, before = model.train_function, model.steps_per_execution
+        with restored(model):
+            try:
+                single = time_steps(function, iterator, PROBE_STEPS + PROBE_WARMUP)
+                model.steps_per_execution = per_execution
+                model.make_train_function(force=True)
+                multi = time_steps(model.train_function, iterator, calls + 1)
+            finally:
+                model.steps_per_execution = before
+                model.train_function = function
+        channel().emit(Kind.SPE_PROBE, steps_per_execution=per_execution, single_step_seconds=single[PROBE_WARMUP:],
+                       multi_call_seconds=multi[1:], trace_seconds=multi[0], total_seconds=time.monotonic() - began)
+    except Exception as exc:
+        channel().emit(Kind.SPE_PROBE, error=f"{type(exc).__name__}: {exc}")

@@ -28,6 +28,8 @@ WINDOW_ENV = "TENSORGAUGE_WINDOW_STEPS"  # --try-fixes: timed steps in the windo
 WARMUP_ENV = "TENSORGAUGE_WINDOW_WARMUP"  # --try-fixes: steps before the window
 WARMUP_STEPS = 3  # --try-fixes: the fewest steps before the window (the train function traced and built)
 BUDGET_EXIT_CODE = 75  # EX_TEMPFAIL: the job stopped by its budget; run it again to resume
+SMALL_STEP_SECONDS, SMALL_BATCH = 0.003, 64  # steps this short on batches this small: dispatch dominates
+SPE_TRIAL = 32  # the steps_per_execution a small_batch trial times
 JOB_ENV = "TENSORGAUGE_JOB"  # the distributed job a worker belongs to
 FIND_BATCH_ENV = "TENSORGAUGE_FIND_BATCH"  # --find-batch-size: the memory budget in bytes
 
@@ -60,6 +62,7 @@ class Kind:
     PREDICT_PROBE = "predict_probe"
     MODELS_BUILT = "models_built"
     XLA_PROBE = "xla_probe"  # fit's XLA-compiled step against the same step without XLA, on a CPU
+    SPE_PROBE = "spe_probe"  # fit's one-step train function against the same with steps_per_execution=N
     EAGER_PROBE = "eager_probe"  # a custom loop's model, forward and backward, eager against in a tf.function
     LOOP_INPUT = "loop_input"  # a custom training loop's steps and the time its next() calls waited
     FIT_INPUT = "fit_input"  # a fit on JAX or PyTorch: the time Keras' data iterator took for its batches
@@ -211,6 +214,16 @@ class XlaProbe(Common, total=False):
     error: str
 
 
+class SpeProbe(Common, total=False):
+    steps_per_execution: int  # N, of the trial
+    single_step_seconds: list[float]  # fit's train function (one step a call) on one repeated batch
+    multi_call_seconds: list[float]  # the same built with steps_per_execution=N: N steps a call
+    trace_seconds: float  # that function's first call (its trace)
+    total_seconds: float
+    skipped: str
+    error: str
+
+
 class TryWindow(Common, total=False):
     fixes: list[str]
     step_seconds: list[float]
@@ -344,7 +357,7 @@ PAYLOADS: dict[str, type] = {
     Kind.BUDGET_RESUME: BudgetResume, Kind.BUDGET_CHECKPOINT_FAILED: BudgetCheckpointFailed,
     Kind.BUDGET_GPU_MEMORY: BudgetGpuMemory, Kind.BENCH_RESULT: BenchResult, Kind.STEP_DIGEST: StepDigest,
     Kind.PREDICT_PROBE: PredictProbe, Kind.MODELS_BUILT: ModelsBuilt, Kind.LOOP_INPUT: LoopInput,
-    Kind.XLA_PROBE: XlaProbe,
+    Kind.XLA_PROBE: XlaProbe, Kind.SPE_PROBE: SpeProbe,
     Kind.EAGER_PROBE: EagerProbe, Kind.FIT_INPUT: FitInput, Kind.MEMORY_FACTS: MemoryFacts, Kind.JOB_ERROR: JobError,
     Kind.BATCH_TRIAL: BatchTrial, Kind.BATCH_SEARCH: BatchSearch,
 }
