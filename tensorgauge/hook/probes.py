@@ -161,23 +161,32 @@ def xla_on_cpu(model) -> bool:
         return False
 
 
+def against_rebuilt(model, fit_input, setting: str, value, calls_before: int, calls_after: int
+                    ) -> tuple[list[float], list[float]]:
+    """fit's train function timed (``calls_before`` calls), then the same built again with ``model.setting``
+    = ``value`` (``calls_after`` calls, the first its trace), on one repeated batch; the model's variables,
+    its setting and its train function restored after."""
+    iterator, _, _ = cached_input(*fit_input)
+    function, before = model.train_function, getattr(model, setting)
+    with restored(model):
+        try:
+            first = time_steps(function, iterator, calls_before)
+            setattr(model, setting, value)
+            model.make_train_function(force=True)
+            second = time_steps(model.train_function, iterator, calls_after)
+        finally:
+            setattr(model, setting, before)
+            model.train_function = function
+    return first, second
+
+
 def xla_probe(model, fit_input, steps: int = PROBE_STEPS // 2) -> None:
     """The train step with XLA (as fit runs it) against the same step built without, on one repeated
     batch: ``steps`` of each (the new function's first call, its trace, timed apart). The model's
     variables, its ``jit_compile`` and its train function are restored after."""
     try:
         began = time.monotonic()
-        iterator, _, _ = cached_input(*fit_input)
-        function = model.train_function
-        with restored(model):
-            try:
-                xla = time_steps(function, iterator, steps + PROBE_WARMUP)
-                model.jit_compile = False
-                model.make_train_function(force=True)
-                plain = time_steps(model.train_function, iterator, steps + 1)
-            finally:
-                model.jit_compile = True
-                model.train_function = function
+        xla, plain = against_rebuilt(model, fit_input, "jit_compile", False, steps + PROBE_WARMUP, steps + 1)
         channel().emit(Kind.XLA_PROBE, xla_step_seconds=xla[PROBE_WARMUP:], plain_step_seconds=plain[1:],
                        plain_trace_seconds=plain[0], total_seconds=time.monotonic() - began)
     except Exception as exc:
@@ -198,17 +207,8 @@ def spe_probe(model, fit_input, per_execution: int = SPE_TRIAL, calls: int = PRO
     The model's variables, its steps_per_execution and its train function are restored after."""
     try:
         began = time.monotonic()
-        iterator, _, _ = cached_input(*fit_input)
-        function, before = model.train_function, model.steps_per_execution
-        with restored(model):
-            try:
-                single = time_steps(function, iterator, PROBE_STEPS + PROBE_WARMUP)
-                model.steps_per_execution = per_execution
-                model.make_train_function(force=True)
-                multi = time_steps(model.train_function, iterator, calls + 1)
-            finally:
-                model.steps_per_execution = before
-                model.train_function = function
+        single, multi = against_rebuilt(model, fit_input, "steps_per_execution", per_execution,
+                                        PROBE_STEPS + PROBE_WARMUP, calls + 1)
         channel().emit(Kind.SPE_PROBE, steps_per_execution=per_execution, single_step_seconds=single[PROBE_WARMUP:],
                        multi_call_seconds=multi[1:], trace_seconds=multi[0], total_seconds=time.monotonic() - began)
     except Exception as exc:
