@@ -158,6 +158,12 @@ def test_the_verdict_is_established_only_when_every_round_agrees():
     # 6% pooled, but one round saw the real step faster and the rest scatter: within noise, no verdict.
     noisy = ab_verdict(ab_event([0.0060, 0.0050, 0.0056, 0.0056, 0.0053], [0.0050, 0.0052, 0.0050, 0.0051, 0.0050]))
     assert noisy["input_share"] >= 0.05 and not noisy["established"] and noisy["verdict"].startswith("within noise")
+    # 4% pooled with a round at 7%: within noise of the threshold, not "no cost"; 1% pooled is no cost.
+    near = ab_verdict(ab_event([0.00520, 0.00521, 0.00538, 0.00519, 0.00522], [0.005] * 5))
+    assert 0.025 <= near["input_share"] < 0.05 and near["input_share_high"] >= 0.05
+    assert not near["established"] and near["verdict"].startswith("within noise")
+    low = ab_verdict(ab_event([0.00505, 0.00504, 0.00538, 0.00505, 0.00506], [0.005] * 5))
+    assert low["input_share"] < 0.025 and low["verdict"].startswith("no input cost")
     # keras-io's weather forecaster: one round (across an epoch's end) saw nothing, four lose 30-45%.
     weather = ab_verdict(ab_event([0.0350, 0.050, 0.055, 0.051, 0.062], [0.0355, 0.035, 0.034, 0.036, 0.035]))
     assert weather["input_share_low"] < 0 and weather["established"]

@@ -112,7 +112,9 @@ def ab_verdict(ab: dict) -> dict:
     established = bool(shares) and share >= INPUT_MODERATE and (agree or _clear_of(shares, INPUT_MODERATE))
     if established:
         verdict = "input costs the steps"
-    elif share >= INPUT_MODERATE:
+    elif share >= INPUT_MODERATE or (share >= INPUT_MODERATE / 2 and above):
+        # Pooled under the threshold but within half of it, with a round above it: within noise of it, not
+        # "no cost" (a run of the same job that pools just over it would not say "no cost" either).
         verdict = "within noise: the rounds do not agree"
     else:
         verdict = f"no input cost above {INPUT_MODERATE:.0%} of the step"
