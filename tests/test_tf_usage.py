@@ -87,8 +87,10 @@ def test_compute_probe_runs_on_the_shapes_of_real_batches(store_path, tg_cmd, tm
     own = [(e.t - (e.data.get("stop_seconds") or 0.0) - 0.05, e.t + 0.05) for e in report.events
            if e.kind == "input_probe" and e.data.get("step_seconds")]
     own += [(e.t - a, e.t - b) for e in report.events if e.kind == "input_ab" for a, b in e.data.get("excursions_before", [])]
+    # (A stall that ends as an excursion begins, within 10 ms, does not hold it: seen once, an epoch start of
+    # 2.3 s, the job's own, ending 0.4 ms into the next excursion's first clock read.)
     for stall in found["stalls"].evidence["stalls"] if "stalls" in found else []:
-        assert not any(a <= stall["t"] + stall["seconds"] and stall["t"] <= b for a, b in own), (stall, own)
+        assert not any(a + 0.01 < stall["t"] + stall["seconds"] and stall["t"] < b - 0.01 for a, b in own), (stall, own)
 
 
 def test_a_prefetched_map_taking_the_cores_counts_as_input_bound_in_a_plain_run(store_path, tg_cmd, tmp_path):

@@ -96,6 +96,7 @@ class _InputDiagnosis(FitListener):
         self.window: ProfilerWindow | None = None
         self.budget: float | None = None
         self.decided = False
+        self.under_strategy = False  # no probe on one worker: the others would wait in its collectives
 
     def on_train_batch_begin(self, model, epoch: int) -> None:
         now = time.monotonic()
@@ -128,6 +129,7 @@ class _InputDiagnosis(FitListener):
 
     def _decide(self, model, epoch: int, now: float) -> None:
         if _under_strategy(model):
+            self.under_strategy = True
             # Every fit of this process runs under it, and the A/B's compute-only steps would run the
             # strategy's collectives on this worker alone (the others would wait for it): never here.
             _InputDiagnosis.done = True
@@ -178,7 +180,7 @@ class _InputDiagnosis(FitListener):
             _InputDiagnosis.done = _InputDiagnosis.done or self.ab.measured
         if self.window is not None:
             self.window.finish()
-        if not self.decided:
+        if not self.decided or self.under_strategy:
             return
         if self.unbounded and xla_on_cpu(model):
             xla_probe(model, self.call.fit_input)

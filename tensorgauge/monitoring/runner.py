@@ -151,30 +151,16 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     group = sources.make_cgroup(run_id, not os.environ.get(NO_CGROUP_ENV))
     if watch:
         watch.limit_cgroup(group)
-    procs = [str(d / "cgroup.procs") for d in group.dirs()] if group else []
-    guard = None if keep_job_on_failure else Guard.start(procs, files.directory)
-    t0 = clock.now()
-    started_at = now_iso()
     try:
-        with watch.inherited() if watch else contextlib.nullcontext():
-            child = subprocess.Popen(_placed(command, procs), env=env, **_OWN_PROCESS_GROUP)
+        job_process = JobProcess.start(command, env, group, files.directory, clock, stop_grace_seconds,
+                                       guarded=not keep_job_on_failure,
+                                       inherited=watch.inherited() if watch else contextlib.nullcontext())
     except OSError as exc:
         files.remove()
-        if guard is not None:
-            guard.release()
         if group is not None:
             group.remove()
         raise TensorgaugeError(f"cannot start {command[0]}: {exc.strerror}") from None
-    if guard is not None:
-        guard.watch(child.pid)
-    # After the fork: a blocked mask is inherited, and the job must get its signals. Threads
-    # started from here on (the store writer) inherit it, so only sigtimedwait takes them.
-    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WAKE_SIGNALS)
-    # Threads started before (numpy's BLAS pool, on import) do not block them: a signal the kernel
-    # hands to one of those comes to this handler, in the main thread, instead of killing the monitor.
-    ended = _ChildEnd(child.pid, group, stop_grace_seconds)
-    old_handlers = {sig: signal.signal(sig, ended.on_signal) for sig in _FORWARDED_SIGNALS}
-    terminal = _Terminal.hand_to(child.pid)
+    child, ended, t0, started_at = job_process.child, job_process.ended, job_process.t0, job_process.started_at
     gpus = None
     try:
         tree, group = sources.watch_tree(child.pid, run_id, group)
@@ -207,16 +193,7 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     finally:
         if gpus is not None:
             gpus.close()
-        if ended.status is None and keep_job_on_failure:
-            pass  # asked to leave it running
-        elif ended.status is None:
-            ended.wait(None)
-        terminal.take_back()
-        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)  # a signal still pending is forwarded now
-        for sig, handler in old_handlers.items():
-            signal.signal(sig, handler)
-        if guard is not None:
-            guard.release()
+        job_process.release(keep=keep_job_on_failure)
         files.remove()
     oom_after = group.oom_kills() if group else cgroup.oom_kill_count(paths)
     # The cgroup also counts children the job left running (rusage only has waited-for ones).
@@ -294,6 +271,56 @@ def _stop_tree(ended: _ChildEnd, grace_seconds: float = 3.0) -> None:
         time.sleep(0.02)
     _kill_tree(ended.pid, ended.group)
     ended.wait(None)
+
+
+class JobProcess:
+    """The job's process while the monitor runs it: started in a process group of its own and placed in
+    its cgroup before its first instruction (:func:`_placed`), guarded (the guardian kills it if the
+    monitor dies, unless not ``guarded``), given the terminal, and sent every signal the monitor gets
+    (:class:`_ChildEnd`); :meth:`release` reaps it and puts the monitor's signals and terminal back."""
+
+    def __init__(self, child: subprocess.Popen, ended: _ChildEnd, guard: Guard | None, terminal: _Terminal,
+                 old_mask: set, old_handlers: dict, t0: float, started_at: str):
+        self.child, self.ended, self.guard, self.terminal = child, ended, guard, terminal
+        self.old_mask, self.old_handlers = old_mask, old_handlers
+        self.t0, self.started_at = t0, started_at  # the job's start on the monitor's clock, and in local time
+
+    @classmethod
+    def start(cls, command: list[str], env: dict[str, str], group, run_dir: str, clock, stop_grace_seconds: float,
+              guarded: bool = True, inherited: Any = None) -> JobProcess:
+        """The job started (``inherited``: a context the fork happens in); OSError if it cannot be."""
+        procs = [str(d / "cgroup.procs") for d in group.dirs()] if group else []
+        guard = Guard.start(procs, run_dir) if guarded else None
+        t0, started_at = clock.now(), now_iso()
+        try:
+            with inherited if inherited is not None else contextlib.nullcontext():
+                child = subprocess.Popen(_placed(command, procs), env=env, **_OWN_PROCESS_GROUP)
+        except OSError:
+            if guard is not None:
+                guard.release()
+            raise
+        if guard is not None:
+            guard.watch(child.pid)
+        # After the fork: a blocked mask is inherited, and the job must get its signals. Threads
+        # started from here on (the store writer) inherit it, so only sigtimedwait takes them.
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WAKE_SIGNALS)
+        # Threads started before (numpy's BLAS pool, on import) do not block them: a signal the kernel
+        # hands to one of those comes to this handler, in the main thread, instead of killing the monitor.
+        ended = _ChildEnd(child.pid, group, stop_grace_seconds)
+        old_handlers = {sig: signal.signal(sig, ended.on_signal) for sig in _FORWARDED_SIGNALS}
+        return cls(child, ended, guard, _Terminal.hand_to(child.pid), old_mask, old_handlers, t0, started_at)
+
+    def release(self, keep: bool = False) -> None:
+        """The job reaped (or, with ``keep``, left running if it still is), then the terminal, the signal
+        mask (a signal still pending is forwarded now) and handlers put back, and the guardian let go."""
+        if self.ended.status is None and not keep:
+            self.ended.wait(None)
+        self.terminal.take_back()
+        signal.pthread_sigmask(signal.SIG_SETMASK, self.old_mask)
+        for sig, handler in self.old_handlers.items():
+            signal.signal(sig, handler)
+        if self.guard is not None:
+            self.guard.release()
 
 
 class _Terminal:
