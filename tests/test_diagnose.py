@@ -120,6 +120,10 @@ def test_small_batch_startup_and_idle():
     measured = small_batch({"batch_size": 8}, fit(p50=0.001), trial)
     assert measured.expected_gain.startswith("2.5x faster steps, measured here")
     assert measured.evidence["trial_step_seconds"] == pytest.approx(0.0004)
+    # 100 steps of 1 ms in a 10 s fit: the fix saves 0.06 s of it, a small part: low. In a 0.15 s fit: moderate.
+    assert measured.severity == "low" and measured.evidence["fit_seconds_saved"] == pytest.approx(0.06)
+    assert "(1%)" in measured.expected_gain
+    assert small_batch({"batch_size": 8}, fit(p50=0.001, wall=0.15), trial).severity == "moderate"
     # A trial that gained nothing shows dispatch does not dominate: no finding.
     flat = {**trial, "multi_call_seconds": [0.030] * 4}
     assert small_batch({"batch_size": 8}, fit(p50=0.001), flat) is None
