@@ -3,7 +3,7 @@ hook's features) and by the monitor's commands (``tensorgauge env``, ``devices``
 every backend, a model's variables and their bytes, Python's, TensorFlow's and Keras' facts, the
 process's RSS peak over a block of code.
 
-Pure functions: importing this module registers nothing and imports no framework (each function
+Readers only: importing this module registers no listener and imports no framework (each function
 imports what it reads, when called).
 """
 
@@ -91,6 +91,7 @@ def variables_of(obj) -> list:
 
 
 def safe(fn, default=None):
+    """``fn()``, or ``default`` where it raises (a fact a build does not have)."""
     try:
         return fn()
     except Exception:
