@@ -126,7 +126,7 @@ def test_tiny_steps_get_the_measured_gain_of_steps_per_execution(store_path, tg_
     assert "measured here" in finding.expected_gain and measured > 1.3
     assert 1 / 3 < measured / own < 3, (finding.evidence, truth)  # a factor: this VM's speed drifts
     # Without --diagnose the trial (a second train function traced) is not run, and the finding says so.
-    plain = run_job(tg_cmd, store_path, str(JOBS / "tiny_steps.py"), str(truth_path))
+    plain = run_job(tg_cmd, store_path, str(JOBS / "tiny_steps.py"), str(truth_path), "--no-ab")
     assert "--diagnose" in plain["small_batch"].expected_gain
 
 

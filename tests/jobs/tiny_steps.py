@@ -1,7 +1,7 @@
 """A fit whose steps are tiny (a 32-wide dense model, batch 16: about a millisecond), then, A/B style
 and without the tool's help, the same fit compiled with steps_per_execution=32. Writes to argv[1] the
 median step of each (an epoch's time over its steps) and the model's steps_per_execution after the
-first fit (the tool's trial must have put it back)."""
+first fit (the tool's trial must have put it back). ``--no-ab``: the first fit only."""
 
 import json
 import statistics
@@ -29,6 +29,6 @@ def step_seconds(per_execution: int) -> tuple[float, int]:
 
 
 single, after = step_seconds(1)
-multi, _ = step_seconds(32)
+multi, _ = step_seconds(32) if "--no-ab" not in sys.argv else (None, None)
 with open(sys.argv[1], "w") as f:
     json.dump({"step_seconds": single, "spe32_step_seconds": multi, "steps_per_execution_after": after}, f)
