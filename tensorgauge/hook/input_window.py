@@ -187,7 +187,8 @@ class _InputDiagnosis(FitListener):
         elif xla_on_cpu(model):  # a step built again without XLA: its trace, then steps of each kind
             channel().emit(Kind.XLA_PROBE, skipped="XLA against no XLA needs a second train function traced "
                            "(seconds): tensorgauge run --try-fixes (or --diagnose) measures it")
-        if len(self.starts) > 4 and small_steps(model, self._step_seconds(), (self.call.fit_input or (0, 0, None))[2]):
+        _, _, batch_size = self.call.fit_input or (None, None, None)
+        if len(self.starts) > 4 and small_steps(model, self._step_seconds(), batch_size):
             if self.unbounded:
                 spe_probe(model, self.call.fit_input)
             else:  # a train function traced again with N steps a call: seconds, past the 1% bound

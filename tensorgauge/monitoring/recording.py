@@ -55,7 +55,7 @@ class Recording:
     on it."""
 
     def __init__(self, store: Store, record: RunRecord, clock: Clock):
-        self.store, self.record = store, record
+        self.record = record
         self.writer = StoreWriter(store)
         self.writer.save_run(record)
         self.recorder = Recorder(self.writer, record, record.t0_monotonic or 0.0, clock)
