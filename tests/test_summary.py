@@ -119,14 +119,16 @@ def epoch_events(count, seconds=1.0):
     return events
 
 
-@pytest.mark.parametrize(("rss_mib", "epochs", "grows"), [
-    (lambda t: 500 + 400 * (t - 1), 2, True),  # stopped at the end of the second epoch: one whole epoch of rise
-    (lambda t: 500 + 400 * (t - 1), 1, False),  # the first epoch alone is warm-up
-    (lambda t: 500 + 400 * min(t - 1, 1), 4, False),  # rose in the first epoch, flat after
-    (lambda t: 500 + (400 if t > 2.5 else 0), 4, False),  # one jump (a cache filled), not a leak
-    (lambda t: 500 + 20 * (t - 1), 4, False),  # 20 MiB an epoch: too little to report
+@pytest.mark.parametrize(("rss_mib", "epochs", "grows", "stopped"), [
+    (lambda t: 500 + 400 * (t - 1), 3, True, False),  # two later epochs of steady rise
+    (lambda t: 500 + 400 * (t - 1), 2, False, False),  # one: a buffer refilled each epoch rises as steadily
+    (lambda t: 500 + 400 * (t - 1), 2, True, True),  # stopped by the budget at the end of the second epoch
+    (lambda t: 500 + 400 * (t - 1), 1, False, True),  # the first epoch alone is warm-up
+    (lambda t: 500 + 400 * min(t - 1, 1), 4, False, False),  # rose in the first epoch, flat after
+    (lambda t: 500 + (400 if t > 2.5 else 0), 4, False, False),  # one jump (a cache filled), not a leak
+    (lambda t: 500 + 20 * (t - 1), 4, False, False),  # 20 MiB an epoch: too little to report
 ])
-def test_memory_growth_needs_a_steady_rise_after_the_first_epoch(rss_mib, epochs, grows):
+def test_memory_growth_needs_a_steady_rise_after_the_first_epoch(rss_mib, epochs, grows, stopped):
     from tensorgauge.analyse.findings import find
 
     def memory_findings(record, samples, events, phases):
@@ -135,7 +137,8 @@ def test_memory_growth_needs_a_steady_rise_after_the_first_epoch(rss_mib, epochs
     events = epoch_events(epochs)
     samples = rss_samples(lambda t: rss_mib(t) * (1 << 20), 0.5, 1.0 + epochs)
     phases = build_phases(events, samples, end=1.0 + epochs)
-    found = {f.id for f in memory_findings(run_record(wall_seconds=1.0 + epochs), samples, events, phases)}
+    record = run_record(wall_seconds=1.0 + epochs, budget={"stopped": stopped})
+    found = {f.id for f in memory_findings(record, samples, events, phases)}
     assert ("memory_growth" in found) == grows
 
 
