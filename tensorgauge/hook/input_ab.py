@@ -41,19 +41,30 @@ from tensorgauge.hook.timing import wait_for
 ROUNDS, MIN_ROUNDS = 5, 3
 SETTLE_STEPS, REAL_STEPS, PROBE_STEPS = 2, 8, 6
 MAX_SETTLE_STEPS = 24
-STEPS_PER_ROUND = SETTLE_STEPS + REAL_STEPS
+# A round's steps: the untimed ones after the pause before it (the first round has no pause before it;
+# an excursion of PROBE_STEPS compute-only steps lasts about as many real steps, so about three times
+# that drain after it), the timed ones, and the one that holds the excursion.
+FIRST_ROUND_STEPS = SETTLE_STEPS + REAL_STEPS + 1
+ROUND_STEPS = min(MAX_SETTLE_STEPS, 3 * PROBE_STEPS) + REAL_STEPS + 1
 _DROPPED = 2  # compute-only steps left out of each excursion (the pipeline still fills its buffer meanwhile)
+
+
+def steps_for(rounds: int) -> int:
+    """The fit's steps that ``rounds`` rounds take."""
+    return FIRST_ROUND_STEPS + (rounds - 1) * ROUND_STEPS if rounds else 0
 
 
 def rounds_plan(steps_left: int | None) -> tuple[int, str | None]:
     """(rounds to run, why none) for a fit with ``steps_left`` steps to go (None: unknown). The cost is
-    bounded as the rounds run (see :class:`InputAB`)."""
+    bounded as the rounds run (see :class:`InputAB`). A plan that counted only two untimed steps a round
+    started 5 rounds in a warm-up epoch of 54 steps left, which ended after 2 of them: their cost paid
+    for no verdict."""
     if steps_left is None:
         return ROUNDS, None
-    rounds = min(ROUNDS, steps_left // STEPS_PER_ROUND)
+    rounds = max((n for n in range(ROUNDS + 1) if steps_for(n) <= steps_left), default=0)
     if rounds < MIN_ROUNDS:
         return 0, (f"the fit had {max(steps_left, 0)} steps left after its warm-up, fewer than the "
-                   f"{MIN_ROUNDS * STEPS_PER_ROUND} that {MIN_ROUNDS} rounds of real and compute-only steps need")
+                   f"{steps_for(MIN_ROUNDS)} that {MIN_ROUNDS} rounds of real and compute-only steps need")
     return rounds, None
 
 
