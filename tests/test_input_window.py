@@ -289,7 +289,8 @@ def test_a_later_fit_tries_the_ab_only_when_it_is_expected_to_last_twice_as_long
         listener.on_train_end(None)
         return len(started) > before
 
-    assert fit(100)  # the first fit tries (and, here, does not measure)
+    assert not fit(70)  # too short for three rounds: skipped, and it spent nothing ...
+    assert fit(100)  # ... so a fit not twice as long tries (and, here, does not measure)
     assert not fit(120)  # not twice as long: it would do no better
     assert fit(400)  # four times as long: its allowance may hold the rounds
     input_window._InputDiagnosis.done = True  # one measured: no other fit gets the listener

@@ -146,13 +146,13 @@ class _InputDiagnosis(FitListener):
         if _InputDiagnosis.longest_tried and (left is None or expected < 2 * _InputDiagnosis.longest_tried):
             self.decided = True  # not long enough to do better than the fit that tried before
             return
+        rounds, why = rounds_plan(left)
+        if not rounds:  # nothing spent: a longer fit after it tries (a 64-step warm-up epoch kept a 4-epoch fit out)
+            self._skip(why)
+            return
         _InputDiagnosis.longest_tried = max(_InputDiagnosis.longest_tried, expected)
         if not self.unbounded:
             self.budget = allowance(expected)
-        rounds, why = rounds_plan(left)
-        if not rounds:
-            self._skip(why)
-            return
         self.decided = True
         self.ab = InputAB(model, self.call.fit_input, rounds, self.budget)
         self.ab.on_step_begin()  # this step is the first of the A/B
