@@ -132,9 +132,13 @@ def test_small_batch_startup_and_idle():
     loop_fix = small_batch({"batch_size": 32, "loop": True}, loop).fix
     assert "compile(" not in loop_fix and "tf.range" in loop_fix  # a custom loop has no compile()
     assert "jax.lax.scan" in small_batch({"batch_size": 32, "loop": True, "backend": "jax"}, loop).fix
+    torch_fix = small_batch({"batch_size": 32, "loop": True, "backend": "torch"}, loop).fix
+    assert "torch.compile" in torch_fix and "tf." not in torch_fix  # a PyTorch loop: PyTorch's own compiler
     imp = Phase(name="import tensorflow", kind="import", start=0.2, end=4.2)
     first_slow = digest([0.8] + [0.01] * 20, start=5.0)
     assert startup_dominated([imp, fit(wall=1.0)], wall=9.0, digests=[first_slow]).severity == "low"
+    torch_import = Phase(name="import keras", kind="import", start=0.2, end=4.2)  # Keras on PyTorch: no TensorFlow
+    assert "importing keras," in startup_dominated([torch_import, fit(wall=1.0)], wall=9.0, digests=[first_slow]).title
     assert startup_dominated([imp, fit(wall=20.0)], wall=25.0, digests=[first_slow]) is None
     # A slow step later on is not start-up: only the fit's first step counts.
     late_slow = digest([0.01] * 20 + [0.8], start=5.0)

@@ -99,7 +99,7 @@ def account(phases: list[Phase], summary: Summary, wall_seconds: float, cores_al
                      "other imports and your own code between TensorFlow calls.")
     teardown = shutdown(events, summary.cpu_seconds, wall_seconds)
     if teardown and teardown[1] > 0.1 * summary.cpu_seconds:
-        lines.append(f"After the job's last line, shutting Python and TensorFlow down took "
+        lines.append(f"After the job's last line, shutting Python and its frameworks down took "
                      f"{format_seconds(teardown[0])} and {teardown[1]:.2f} CPU-s.")
     incomplete = [p for p in phases if not p.complete]
     if incomplete:

@@ -272,11 +272,17 @@ def small_batch(config: FitConfig | None, fit: Phase | None, probe: SpeProbe | N
     per_execution = (config or {}).get("steps_per_execution") or 1
     loop = fit.name == TRAIN_LOOP
     if loop:
-        jax = (config or {}).get("backend") == "jax"
-        fix = ("Raise the batch size (adjusting the learning rate), or run several steps inside one compiled "
-               "function: " + ("a jax.jit step that loops over N stacked batches with jax.lax.scan" if jax else
-                               "a tf.function that takes the iterator and loops over N batches with tf.range") +
-               ", so Python dispatches once per N steps.")
+        backend = (config or {}).get("backend")
+        if backend == "torch":
+            fix = ("Raise the batch size (adjusting the learning rate), or compile the step: torch.compile on the "
+                   "function that runs the model, the loss, backward() and optimizer.step() (on a GPU, "
+                   "mode='reduce-overhead' replays it as one CUDA graph), so Python dispatches less per step.")
+        else:
+            fix = ("Raise the batch size (adjusting the learning rate), or run several steps inside one compiled "
+                   "function: " + ("a jax.jit step that loops over N stacked batches with jax.lax.scan"
+                                   if backend == "jax" else
+                                   "a tf.function that takes the iterator and loops over N batches with tf.range") +
+                   ", so Python dispatches once per N steps.")
     elif per_execution > 1:
         fix = (f"Raise batch_size (adjusting the learning rate): fit already runs {per_execution} steps per "
                "execution, and each step's work is still small.")
@@ -441,9 +447,11 @@ def startup_dominated(phases: list[Phase], wall: float, digests: list[StepDigest
     startup = imports + first_step
     if wall < STARTUP_MIN_SECONDS or startup < STARTUP_SHARE * wall:
         return None
+    imported = [p.name.removeprefix("import ") for p in phases if p.kind == "import" and p.parent is None]
+    what = " and ".join(dict.fromkeys(imported)) or "the frameworks"  # the imports' own names: keras, tensorflow
     return Finding(
         id="startup_dominated", severity="low",
-        title=f"Start-up took {startup / wall:.0%} of the run ({imports:.1f} s importing TensorFlow, "
+        title=f"Start-up took {startup / wall:.0%} of the run ({imports:.1f} s importing {what}, "
               f"{first_step:.1f} s building the first step)",
         evidence={"import_seconds": round(imports, 3), "first_step_seconds": round(first_step, 3),
                   "wall_seconds": round(wall, 3)},

@@ -206,8 +206,13 @@ def _loop_split(loop: LoopInput) -> dict:
     :func:`loop_verdict`), or, where none were paired, not measured."""
     verdict = loop_verdict(loop)
     if verdict is None:
-        return {"measured": False, "why": "the loop's next() calls were not paired with next() on a cached batch "
-                "(too few steps, or not a tf.data iterator)"}
+        why = ("the loop's next() calls were not paired with next() on a cached batch (too few steps, or not a "
+               "tf.data iterator: a PyTorch DataLoader's wait is timed, not paired)")
+        step, wait = loop.get("step_seconds_p50"), loop.get("next_seconds_p50")
+        if step and wait is not None:
+            why += (f"; its next() took {wait / step:.0%} of the step ({wait * 1000:.2f} ms of {step * 1000:.2f} ms), "
+                    "its own dispatch not told apart")
+        return {"measured": False, "why": why}
     return {"measured": True, "steps": loop.get("steps"), "compute_only_step_seconds": None,
             "cost_seconds": loop.get("pairs_cost_seconds"), "allowance_seconds": None, **verdict}
 

@@ -79,11 +79,13 @@ def send_fit_config(model, args: list, kwargs: dict) -> None:
         pass
 
 
-def send_loop_config(dataset, eager: bool) -> None:
+def send_loop_config(dataset, eager: bool, batch_size: int | None = None) -> None:
     """What a custom training loop's first step says about speed: its thread pools and, when it
-    reads a ``tf.data.Dataset`` (and diagnosis is on), that pipeline's facts, as for fit."""
+    reads a ``tf.data.Dataset`` (and diagnosis is on), that pipeline's facts, as for fit; ``batch_size``:
+    the loop's batch where its reader tells (a PyTorch ``DataLoader``)."""
     try:
-        batch_size = (_dataset_batch_size(dataset) or _batch_stage_size(dataset)) if dataset is not None else None
+        if dataset is not None:
+            batch_size = _dataset_batch_size(dataset) or _batch_stage_size(dataset)
         inspect = dataset is not None and _pipeline_asked()
         keras = sys.modules.get("keras")
         backend = str(keras.backend.backend()) if keras is not None and hasattr(keras, "backend") else "tensorflow"

@@ -57,6 +57,7 @@ class TrainLoop:
         self.mark: float | None = None  # the last step's end (training or evaluation)
         self.mark_cpu: float | None = None
         self.first_next: float | None = None  # the first next() since the mark began at
+        self.batch_size: int | None = None  # the loop's batch, where its reader says (a DataLoader)
         self.waited = 0.0  # seconds in next() since the mark
         self.iterators = 0  # iterators seen, each numbered
         self.last_iterator: int | None = None  # the iterator next() was last called on
@@ -164,7 +165,7 @@ class TrainLoop:
                 self.phase = self.agent.open_detached(TRAIN_LOOP, "fit", top.id if top and not top.auto else None,
                                                       start, self.mark_cpu)
                 self.began = start
-                send_loop_config(self.dataset() if self.dataset else None, eager)
+                send_loop_config(self.dataset() if self.dataset else None, eager, self.batch_size)
             if self.evaluation is not None:
                 self._close(self.evaluation, self.mark)
                 self.evaluation = None
@@ -350,8 +351,12 @@ def _wrap_update(original, executing_eagerly):
     return update
 
 
-def _wrap_model_call(original, executing_eagerly, recording):
-    """``Model.__call__`` outside Keras' own loops: an evaluation step when eager and no tape records."""
+def _wrap_model_call(original, executing_eagerly, recording, inference_wins: bool = False):
+    """``Model.__call__`` outside Keras' own loops: an evaluation step when eager and no tape (or
+    autograd) records; with ``inference_wins`` (PyTorch, whose autograd records every call unless the
+    loop says ``torch.no_grad()``: Keras' guide validates with ``training=False`` only), also when
+    called with ``training=False``. Not on TensorFlow: a frozen base called with ``training=False``
+    inside a ``GradientTape`` is part of the training step."""
     @functools.wraps(original)
     def call(self, *args, **kwargs):
         if _nested("model") or _in_keras_phase():
@@ -361,7 +366,7 @@ def _wrap_model_call(original, executing_eagerly, recording):
             result = original(self, *args, **kwargs)
         try:
             if executing_eagerly() and not jit_calls:
-                if recording():
+                if (not inference_wins or kwargs.get("training") is not False) and recording():
                     _loop.taped = (weakref.ref(self), args, kwargs)
                 elif _loop.phase is not None and kwargs.get("training") is not True:
                     _loop.eval_step(began)
@@ -478,6 +483,10 @@ def _patch_keras(keras) -> None:
         eager, recording = tf.executing_eagerly, record.could_possibly_record
     else:  # Keras on JAX or PyTorch without TensorFlow: no tf.function, no tape
         eager, recording = _always, _never
+    torch = sys.modules.get("torch")
+    on_torch = torch is not None and str(keras.backend.backend()) == "torch"
+    if on_torch:  # a training call records for autograd
+        eager, recording = _always, torch.is_grad_enabled
     optimizers = getattr(keras, "optimizers", None)
     base = getattr(optimizers, "Optimizer", None)
     if base is not None:
@@ -488,7 +497,8 @@ def _patch_keras(keras) -> None:
         _patch_defining(legacy, "apply_gradients", lambda fn: _wrap_update(fn, eager))
     model = getattr(keras, "Model", None)
     if model is not None:  # set on Model itself: Layer.__call__ runs for every layer
-        wrap_once(model, "__call__", lambda fn: _wrap_model_call(fn, eager, recording), by=FEATURE, inherited=True)
+        wrap_once(model, "__call__", lambda fn: _wrap_model_call(fn, eager, recording, inference_wins=on_torch),
+                  by=FEATURE, inherited=True)
         if "stateless_call" in dir(model):  # JAX's functional style: the model called inside a jitted step
             wrap_once(model, "stateless_call", lambda fn: _wrap_model_call(fn, _never, _never), by=FEATURE,
                       inherited=True)

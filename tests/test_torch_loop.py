@@ -1,0 +1,43 @@
+"""A custom training loop on Keras' PyTorch backend, run for real: its steps are its torch.optim
+steps, its epochs the DataLoader's passes, its validation loop an evaluation pass; its input wait is
+timed but gets no verdict, and show says so in one line. Skipped where PyTorch is not installed
+(``make test`` does not install it: its wheel is ~0.5 GB)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tensorgauge.analyse.run_report import RunReport
+from tensorgauge.store import Store
+
+JOBS = Path(__file__).parent / "jobs"
+
+
+def test_a_torch_custom_loop_is_counted_by_its_optimizer_steps_with_its_evaluation(store_path, tg_cmd, tmp_path):
+    pytest.importorskip("torch", reason="PyTorch is not installed")
+    truth_path = tmp_path / "truth.json"
+    result = subprocess.run([*tg_cmd, "run", "-q", "--", sys.executable, str(JOBS / "torch_loop.py"), str(truth_path)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = RunReport.load(Store.open(store_path), "last")
+    truth = json.loads(truth_path.read_text())
+    index, loop = next((i, p) for i, p in enumerate(report.phases) if p.name == "train loop")
+    assert loop.steps == sum(truth["steps"])  # every optimizer.step(), the validation calls not among them
+    epochs = [p for p in report.phases if p.kind == "epoch" and p.parent == index]
+    assert [p.steps for p in epochs] == truth["steps"]  # a new DataLoader pass, a new epoch
+    evaluation = [p for p in report.phases if p.kind == "evaluate"]
+    assert sum(p.steps or 0 for p in evaluation) == truth["validation_batches"]
+    config = next(e.data for e in report.events if e.kind == "fit_config" and e.data.get("loop"))
+    assert config["backend"] == "torch" and config["eager"] is False  # no tf.function advice for PyTorch
+    assert config["batch_size"] == 32  # read from the DataLoader
+    split = report.input_split or {}
+    assert split.get("measured") is False and "DataLoader" in split["why"]
+    found = {f.id: f for f in report.findings}
+    assert "input_bound" not in found and "eager_execution" not in found
+    if "small_batch" in found:
+        assert "torch.compile" in found["small_batch"].fix
+    show = subprocess.run([*tg_cmd, "show", "last"], capture_output=True, text=True)
+    assert "not measured: the loop's next() calls were not paired" in show.stdout.replace("\n", " ")
