@@ -484,9 +484,9 @@ def _patch_keras(keras) -> None:
     else:  # Keras on JAX or PyTorch without TensorFlow: no tf.function, no tape
         eager, recording = _always, _never
     torch = sys.modules.get("torch")
-    on_torch = torch is not None and str(keras.backend.backend()) == "torch"
-    if on_torch:  # a training call records for autograd
-        eager, recording = _always, torch.is_grad_enabled
+    on_torch = False
+    if torch is not None and str(keras.backend.backend()) == "torch":  # a training call records for autograd
+        on_torch, eager, recording = True, _always, torch.is_grad_enabled
     optimizers = getattr(keras, "optimizers", None)
     base = getattr(optimizers, "Optimizer", None)
     if base is not None:
