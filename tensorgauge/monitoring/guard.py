@@ -7,7 +7,12 @@ the monitor writes its process group (``PGID\\n``); a monitor that ends normally
 writes ``x`` and the guardian leaves; a monitor that dies (SIGKILL, a crash)
 closes the pipe without it, and the guardian stops the job's whole tree: its
 process group and every process in its cgroup, SIGTERM then, half a second
-later, SIGKILL; then it removes the run's private folder. There is no moment when the job runs unguarded.
+later, SIGKILL; then it removes the run's private folder. A monitor killed
+between the job's fork and its word leaves no process group to stop: the
+guardian then watches the cgroup for the whole half second, where the job
+places itself before its first instruction (it once found it still empty,
+left, and the job's first child outlived the monitor). There is no moment when
+the job runs unguarded.
 """
 
 from __future__ import annotations
@@ -72,7 +77,9 @@ def send(sig):
 send(signal.SIGTERM)
 deadline = time.monotonic() + grace
 while time.monotonic() < deadline:
-    if not group_alive() and not members():
+    if pgid is None:  # killed between the job's fork and its process group's word: the job may still
+        send(signal.SIGTERM)  # be placing itself in its cgroup; it shows there within the grace
+    elif not group_alive() and not members():
         sys.exit(0)
     time.sleep(0.02)
 send(signal.SIGKILL)
