@@ -1,7 +1,7 @@
 """A custom training loop on Keras' PyTorch backend, run for real: its steps are its torch.optim
 steps, its epochs the DataLoader's passes, its validation loop an evaluation pass; its input wait is
-timed but gets no verdict, and show says so in one line. Skipped where PyTorch is not installed
-(``make test`` does not install it: its wheel is ~0.5 GB)."""
+timed but gets no verdict, and show says so in one line. That test skips where PyTorch is not installed
+(``make test`` does not install it: its wheel is ~0.5 GB); the wiring is also tested on stand-ins."""
 
 import json
 import subprocess
@@ -41,3 +41,40 @@ def test_a_torch_custom_loop_is_counted_by_its_optimizer_steps_with_its_evaluati
         assert "torch.compile" in found["small_batch"].fix
     show = subprocess.run([*tg_cmd, "show", "last"], capture_output=True, text=True)
     assert "not measured: the loop's next() calls were not paired" in show.stdout.replace("\n", " ")
+
+
+def test_torch_steps_and_loader_waits_reach_the_loop_on_stand_ins(monkeypatch):
+    """The wiring, where PyTorch is not installed: its optimizer hook registry and DataLoader iterator
+    stood in for, the loop's own logic (tests/test_train_loop*.py) recorded."""
+    import types
+
+    from tensorgauge.hook import torch_loop, train_loop
+
+    class LoaderIterator:
+        _index_sampler = types.SimpleNamespace(batch_size=16)
+
+        def __next__(self):
+            return "batch"
+
+    hooks: list = []
+    monkeypatch.setitem(sys.modules, "torch", types.ModuleType("torch"))
+    monkeypatch.setitem(sys.modules, "torch.optim.optimizer",
+                        types.SimpleNamespace(register_optimizer_step_post_hook=hooks.append))
+    monkeypatch.setitem(sys.modules, "torch.utils.data.dataloader",
+                        types.SimpleNamespace(_BaseDataLoaderIter=LoaderIterator))
+    monkeypatch.setattr(torch_loop, "_registered", [])
+    seen: list = []
+    loop = types.SimpleNamespace(batch_size=None, after_step=lambda: None,
+                                 train_step=lambda began, eager: seen.append(("step", eager)),
+                                 on_next=lambda iterator, began, seconds: seen.append("next"))
+    monkeypatch.setattr(train_loop, "_loop", loop)
+    monkeypatch.setattr(train_loop, "_in_keras_phase", lambda: False)
+    torch_loop._patch_torch(None)
+    torch_loop._patch_torch(None)  # Keras imported twice (reloaded): one hook, one wrapper
+    assert hooks == [torch_loop.after_optimizer_step]
+    assert next(LoaderIterator()) == "batch"
+    hooks[0](object(), (), {})
+    assert seen == ["next", ("step", False)] and loop.batch_size == 16
+    monkeypatch.setattr(train_loop, "_in_keras_phase", lambda: True)  # inside fit: Keras' own steps
+    hooks[0](object(), (), {})
+    assert seen == ["next", ("step", False)]
