@@ -2,7 +2,7 @@
 wait in IteratorGetNext, but the map's threads take the cores from the step. Pinned to two CPUs
 (before TensorFlow sizes its thread pools) so the competition is the same on any machine.
 Writes, A/B style, the step time and the compute-only step time (the same fit on one real batch,
-cached and repeated) measured here without the tool's help. The model is small (9 ms compute-only
+cached and repeated; three rounds of each, interleaved) measured here without the tool's help. The model is small (9 ms compute-only
 steps here) so that the A/B's rounds fit a plain run's 0.4 s allowance on a loaded machine too: with
 13 ms steps and a busy neighbour, two rounds fit, and the run rightly gave no verdict."""
 
@@ -37,11 +37,21 @@ model = keras.Sequential([keras.Input((64, 64)), keras.layers.Flatten(), keras.l
 model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 starts: list[float] = []
 clock = keras.callbacks.LambdaCallback(on_train_batch_begin=lambda batch, logs: starts.append(time.perf_counter()))
-model.fit(ds, epochs=3, verbose=0, callbacks=[clock])
-step = statistics.median(b - a for a, b in zip(starts[5:], starts[6:]))
+model.fit(ds, epochs=3, verbose=0, callbacks=[clock])  # the fit the tool measures
+cached = ds.take(1).cache().repeat()
 
-starts.clear()
-model.fit(ds.take(1).cache().repeat(), steps_per_epoch=40, epochs=1, verbose=0, callbacks=[clock])
-compute = statistics.median(b - a for a, b in zip(starts[5:], starts[6:]))
+
+def median_step(data, **fit_args) -> float:
+    starts.clear()
+    model.fit(data, epochs=1, verbose=0, callbacks=[clock], **fit_args)
+    return statistics.median(b - a for a, b in zip(starts[5:], starts[6:]))
+
+
+# The A/B, interleaved so that the machine's drift cancels: one run of each, minutes apart, once put the
+# loss at 16% where the tool's rounds (28-38%) and other runs of the job put it at 25-35%.
+real, compute = [], []
+for _ in range(3):
+    real.append(median_step(ds))
+    compute.append(median_step(cached, steps_per_epoch=40))
 with open(sys.argv[1], "w") as f:
-    json.dump({"step_seconds": step, "compute_only_step_seconds": compute}, f)
+    json.dump({"step_seconds": statistics.median(real), "compute_only_step_seconds": statistics.median(compute)}, f)
