@@ -83,15 +83,29 @@ def test_the_ab_times_real_and_compute_only_steps_in_rounds_and_restores_the_mod
     assert model.train_function is original  # unwrapped once the rounds are done
     assert model.counter.value == trained  # the compute-only steps trained nothing that stayed
     (event,) = sent
-    assert len(event["real_step_seconds"]) == len(event["compute_step_seconds"]) == 5
+    # Three rounds at 40% leave no doubt: the other two are not run (see the next test).
+    assert len(event["real_step_seconds"]) == len(event["compute_step_seconds"]) == input_ab.MIN_ROUNDS
     assert all(len(r) == input_ab.REAL_STEPS and r == pytest.approx([0.010] * len(r))
                for r in event["real_step_seconds"])
     assert all(c == pytest.approx([0.006] * (input_ab.PROBE_STEPS - input_ab._DROPPED))
                for c in event["compute_step_seconds"])
-    assert len(event["excursions_before"]) == 5 and event["cost_seconds"] == pytest.approx(5 * input_ab.PROBE_STEPS * 0.006)
+    assert len(event["excursions_before"]) == 3 and event["cost_seconds"] == pytest.approx(3 * input_ab.PROBE_STEPS * 0.006)
     verdict = ab_verdict(event)
     assert verdict["established"] and verdict["input_share"] == pytest.approx(0.4)
     assert verdict["input_wait_seconds"] == pytest.approx(0.004)
+
+
+@pytest.mark.parametrize("real, rounds", [
+    (0.010, 3),  # no input cost: three rounds under 5%, pooled under 2.5%, are clear of the threshold
+    (0.014, 3),  # 29%: three rounds at 20% or more
+    (0.0104, 5),  # 4%: near the threshold, every round is run
+    (0.0107, 5),  # 7%
+    (0.012, 5),  # 17%: moderate, not clear of high
+])
+def test_the_ab_stops_once_its_rounds_leave_no_doubt(monkeypatch, events, real, rounds):
+    *_, sent = run_ab(monkeypatch, events, real=real, compute=0.010)
+    (event,) = sent
+    assert len(event["compute_step_seconds"]) == rounds
 
 
 def test_a_fit_that_ends_before_three_rounds_says_so(monkeypatch, events):

@@ -15,9 +15,9 @@ parallel map, cache) is never advised again.
 
 from __future__ import annotations
 
-from tensorgauge.analyse.input_split import INPUT_HIGH, INPUT_MODERATE, backend_input_wait, fit_input, loop_verdict
+from tensorgauge.analyse.input_split import backend_input_wait, fit_input, loop_verdict
 from tensorgauge.analyse.rules import RunFacts, rule
-from tensorgauge.hook.protocol import TRAIN_LOOP, FitConfig, Kind, LoopInput
+from tensorgauge.hook.protocol import INPUT_HIGH, INPUT_MODERATE, TRAIN_LOOP, FitConfig, Kind, LoopInput
 from tensorgauge.model import Finding, Phase
 
 SATURATED = 0.85  # cores busy / cores allowed at which more parallelism cannot help

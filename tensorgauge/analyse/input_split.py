@@ -12,11 +12,8 @@ import math
 import statistics
 
 from tensorgauge.analyse.phases import main_fit
-from tensorgauge.hook.protocol import TRAIN_LOOP, WINDOW_START, Kind, LoopInput, as_payload
+from tensorgauge.hook.protocol import INPUT_MODERATE, TRAIN_LOOP, WINDOW_START, Kind, LoopInput, as_payload
 from tensorgauge.model import Event, Phase
-
-# Input's share of a step: >= 20% high, 5-20% moderate (the TF Profiler's grading).
-INPUT_HIGH, INPUT_MODERATE = 0.20, 0.05
 
 
 def _median(values) -> float | None:

@@ -23,8 +23,9 @@ give its spread. Both sides run the same train function on the same thread, so
 Keras' Python loop around it and the dispatch of ``IteratorGetNext`` are in
 neither difference. Sent as one ``input_ab`` event. The excursions cost compute
 steps (the real steps cost two clock reads): the first is cut short at its share
-of the allowance, each later one is run only if the last one's cost still fits,
-and a fit too short (or too costly) for :data:`MIN_ROUNDS` says so.
+of the allowance, each later one is run only if the last one's cost still fits
+and the rounds so far leave a doubt, and a fit too short (or too costly) for
+:data:`MIN_ROUNDS` says so.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import time
 
 from tensorgauge.hook.channel import channel
 from tensorgauge.hook.probes import cached_input, restored, time_steps
-from tensorgauge.hook.protocol import Kind
+from tensorgauge.hook.protocol import INPUT_HIGH, INPUT_MODERATE, Kind
 from tensorgauge.hook.timing import wait_for
 
 ROUNDS, MIN_ROUNDS = 5, 3
@@ -106,7 +107,7 @@ class InputAB:
                 self.finish()
                 return True
             self._excursion()
-            if len(self.compute) >= self.rounds or not self._affordable():
+            if len(self.compute) >= self.rounds or self._decided() or not self._affordable():
                 self.finish()
                 return True
             self.real.append([])
@@ -146,6 +147,19 @@ class InputAB:
         paused = self.excursions[-1][1] - self.excursions[-1][0]
         step = statistics.median(times)
         return int(min(MAX_SETTLE_STEPS, max(SETTLE_STEPS, math.ceil(3 * paused / max(step, 1e-9)))))
+
+    def _decided(self) -> bool:
+        """The rounds so far (:data:`MIN_ROUNDS` or more) leave no doubt, so the rest would cost for nothing:
+        every round under :data:`INPUT_MODERATE` of the step and their pooled share under half that (the
+        analysis says "no input cost"), or every round at :data:`INPUT_HIGH` or more. A verdict near the
+        threshold gets all its rounds."""
+        rounds = list(zip(self.real, self.compute))
+        if len(rounds) < MIN_ROUNDS or not all(real and compute for real, compute in rounds):
+            return False
+        shares = [1 - statistics.median(compute) / statistics.median(real) for real, compute in rounds]
+        pooled = 1 - (statistics.median(t for _, compute in rounds for t in compute)
+                      / statistics.median(t for real, _ in rounds for t in real))
+        return (max(shares) < INPUT_MODERATE and pooled < INPUT_MODERATE / 2) or min(shares) >= INPUT_HIGH
 
     def _first_fits(self) -> bool:
         """The first excursion's fewest compute-only steps, at most a real step each, fit in its share of the

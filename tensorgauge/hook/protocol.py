@@ -28,6 +28,9 @@ WINDOW_ENV = "TENSORGAUGE_WINDOW_STEPS"  # --try-fixes: timed steps in the windo
 WARMUP_ENV = "TENSORGAUGE_WINDOW_WARMUP"  # --try-fixes: steps before the window
 WARMUP_STEPS = 3  # --try-fixes: the fewest steps before the window (the train function traced and built)
 BUDGET_EXIT_CODE = 75  # EX_TEMPFAIL: the job stopped by its budget; run it again to resume
+# Input's share of a step: >= 20% high, 5-20% moderate (the TF Profiler's grading); the A/B in the job
+# stops its rounds early once they are clear of these, the analysis grades its verdict by them.
+INPUT_HIGH, INPUT_MODERATE = 0.20, 0.05
 SMALL_STEP_SECONDS, SMALL_BATCH = 0.003, 64  # steps this short on batches this small: dispatch dominates
 SPE_TRIAL = 32  # the steps_per_execution a small_batch trial times
 JOB_ENV = "TENSORGAUGE_JOB"  # the distributed job a worker belongs to
