@@ -5,17 +5,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tensorgauge.analyse.diagnose import (
-    cores_idle,
-    diagnosis_pauses,
-    eager_execution,
-    retracing,
-    small_batch,
-    stalls,
-    startup_dominated,
-    thread_limited,
-)
+from tensorgauge.analyse.diagnose import cores_idle, eager_execution, retracing, small_batch, thread_limited
 from tensorgauge.analyse.findings import find
+from tensorgauge.analyse.pauses import diagnosis_pauses, stalls, startup_dominated
 from tensorgauge.analyse.summary import summarise
 from tensorgauge.model import Event, Phase, RunRecord
 from tensorgauge.steps import StepDigest

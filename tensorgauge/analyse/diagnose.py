@@ -1,18 +1,18 @@
-"""Why a TensorFlow job is slow: findings with measured evidence and a fix.
+"""Why a TensorFlow job's steps are slow: findings with measured evidence and a fix (eager
+execution, retracing, thread limits, oversubscription, tiny steps, XLA on a CPU, predict in a loop,
+idle cores). The input verdict is in :mod:`.input_rules`, pauses and start-up in :mod:`.pauses`.
 
-Pure: from the recorded run (phases, samples, the hook's events, the
-environment). Thresholds are named below; severities for ``input_bound``
-follow the TF Profiler's grading (>= 20% of step time high, 5-20% moderate).
+Pure: from the recorded run (phases, samples, the hook's events, the environment). Thresholds are
+named below.
 """
 
 from __future__ import annotations
 
-import bisect
 import statistics
 
 import numpy as np
 
-from tensorgauge.analyse.phases import main_fit, model_calls
+from tensorgauge.analyse.phases import model_calls
 from tensorgauge.analyse.rules import RunFacts, rule
 from tensorgauge.hook.protocol import (
     SMALL_BATCH,
@@ -26,22 +26,13 @@ from tensorgauge.hook.protocol import (
 )
 from tensorgauge.model import Event, Finding, Phase, Severity
 from tensorgauge.series import SampleSeries
-from tensorgauge.steps import StepDigest
 from tensorgauge.units import format_bytes
 
 THREAD_BOUND = 0.8  # cores busy / thread limit at which the limit is what binds
 IDLE = 0.5  # cores busy / cores allowed under which cores count as idle
 RETRACES_MODERATE, RETRACES_HIGH = 5, 20
 EAGER_GRADIENTS = 16  # eager GradientTape.gradient calls that make a custom loop eager
-STARTUP_SHARE, STARTUP_MIN_SECONDS = 0.5, 3.0
 OVERSUBSCRIBED_MODERATE, OVERSUBSCRIBED_HIGH = 3.0, 5.0  # runnable threads per CPU ("far more")
-# A step (or a wait before an epoch's first) this long is a stall. Not under a second: tf.data's own
-# start-up makes 0.55-0.66 s pauses at random epoch starts and fit ends on TensorFlow 2.21 (measured bare,
-# with and without shuffle), and a threshold inside that noise flips the verdict from run to run.
-STALL_FACTOR, STALL_MIN_SECONDS = 10.0, 1.0
-STALL_MIN_LOST_SECONDS = 1.0
-STALL_MODERATE_SHARE, STALL_HIGH_SHARE = 0.05, 0.2  # of the fit's wall lost to stalls
-WARMUP_STEPS = 3  # the fit's first steps trace and build the train function: start-up, not stalls
 PREDICT_LOOP_CALLS, PREDICT_SMALL_STEPS = 20, 2  # predict calls of at most this many batches each
 PREDICT_MIN_GAIN = 1.5  # model(x) against predict(x), measured in the job: less is not worth a finding
 PREDICT_HIGH_SHARE = 0.2  # of the run's wall spent in those calls
@@ -314,152 +305,6 @@ def small_batch(config: FitConfig | None, fit: Phase | None, probe: SpeProbe | N
         evidence=evidence, fix=fix, expected_gain=gain)
 
 
-def first_steps(fit: Phase, digests: list[StepDigest]) -> list[tuple[float, float]]:
-    """(end, seconds) of the first steps kept of each phase inside ``fit``, in time order."""
-    return sorted((end, seconds) for d in digests for end, seconds in d.first
-                  if end is not None and fit.start <= end <= fit.end + 1e-6)
-
-
-def diagnosis_pauses(probes: list[dict], ends: list[float], excursions: list[list[float]] | None = None
-                     ) -> list[tuple[float, float]]:
-    """(from, to) of the pauses the diagnosis itself made: the A/B's compute-only excursions
-    (``excursions``), starting the profiler, and stopping it and reading its trace (inside a
-    training step), from its ``input_probe`` events (``ends``: when each was sent)."""
-    out = [(float(a), float(b)) for a, b in excursions or []]
-    for data, end in zip(probes, ends):
-        stop, start = data.get("stop_seconds") or 0.0, data.get("start_seconds") or 0.0
-        began = end - stop - sum(data.get("step_seconds") or []) - start
-        out += [(end - stop, end), (began, began + start)]
-    return out
-
-
-def _outside(begin: float, seconds: float, pauses: list[tuple[float, float]]) -> float:
-    """Seconds of [begin, begin + seconds] outside the tool's own pauses."""
-    return seconds - sum(max(0.0, min(begin + seconds, b) - max(begin, a)) for a, b in pauses)
-
-
-def _after_last_step(fit: Phase, nested: list[Phase], digests: list[StepDigest]) -> float | None:
-    """When the fit's work ended: its last step, or a phase inside it that ended later (validation)."""
-    last = max((d.last_end for d in digests if d.last_end is not None and fit.start <= d.last_end <= fit.end + 1e-6),
-               default=None)
-    if last is None:
-        return None
-    return max([last] + [p.end for p in nested if p.kind != "epoch" and last < p.end <= fit.end + 1e-6])
-
-
-def stalls(fit: Phase | None, epochs: list[Phase], digests: list[StepDigest],
-           own: list[tuple[float, float]] | None = None, nested: list[Phase] | None = None,
-           arrays: bool = False) -> Finding | None:
-    """Pauses in training: steps far above the fit's median (:data:`STALL_FACTOR` x, at least
-    :data:`STALL_MIN_SECONDS`), epochs that take that long from their start to the end of
-    their first step, and a wait that long after the fit's last step (or its last validation, of
-    the phases ``nested`` in it) before it returned. The fit's first :data:`WARMUP_STEPS` steps
-    (tracing, building) are start-up, not stalls. Time inside ``own`` (the tool's own pauses) and
-    inside the fit's validation passes is not counted."""
-    # The fit's own validation passes are work, not pauses: a step that spans one is not a stall.
-    own = (own or []) + [(p.start, p.end) for p in nested or [] if p.kind == "evaluate"]
-    if fit is None or not fit.step_seconds_p50 or not epochs:
-        return None
-    p50 = fit.step_seconds_p50
-    limit = max(STALL_MIN_SECONDS, STALL_FACTOR * p50)
-    warmup = {end for end, _ in first_steps(fit, digests)[:WARMUP_STEPS]}
-    epochs = sorted(epochs, key=lambda p: p.start)
-    starts = [p.start for p in epochs]
-
-    def epoch_of(t: float) -> Phase | None:
-        i = bisect.bisect_right(starts, t) - 1
-        return epochs[i] if i >= 0 and t <= epochs[i].end + 1e-6 else None
-
-    # Each epoch's start: from the epoch's begin to the end of its first step (the input pipeline
-    # starting over shows up before that step, inside it, or both): one stall when that long.
-    first_of: dict[int, tuple[float, float]] = {}
-    for end, seconds in (item for d in digests for item in d.first[:1]):
-        epoch = epoch_of(end) if end is not None else None
-        if epoch is not None and (id(epoch) not in first_of or end < first_of[id(epoch)][0]):
-            first_of[id(epoch)] = (end, seconds)
-    found: dict[float, dict] = {}  # by when the stall began
-    for epoch in epochs[1:]:  # the first epoch's start is the fit's start-up
-        first = first_of.get(id(epoch))
-        wait = _outside(epoch.start, first[0] - epoch.start, own) if first is not None else 0.0
-        if wait >= limit:
-            found[round(epoch.start, 3)] = {"t": round(epoch.start, 3), "seconds": round(wait, 3),
-                                            "epoch": epoch.name, "at_epoch_start": True}
-    counted = {end for end, _ in first_of.values()}
-    for digest in digests:
-        for seconds, end in digest.slowest:
-            epoch = epoch_of(end) if end is not None else None
-            if epoch is None or seconds < limit or end in warmup or end in counted:
-                continue
-            begin, seconds = end - seconds, _outside(end - seconds, seconds, own)
-            if seconds >= limit:
-                found[round(begin, 3)] = {"t": round(begin, 3), "seconds": round(seconds, 3), "epoch": epoch.name,
-                                          "at_epoch_start": False}
-    done = _after_last_step(fit, nested or [], digests)
-    if done is not None:
-        tail = _outside(done, fit.end - done, own)
-        if tail >= limit:
-            found[round(done, 3)] = {"t": round(done, 3), "seconds": round(tail, 3), "epoch": "fit",
-                                     "at_epoch_start": False, "after_last_step": True}
-    lost = sum(max(0.0, x["seconds"] - p50) for x in found.values())
-    if not found or lost < STALL_MIN_LOST_SECONDS:
-        return None
-    share = lost / fit.wall_seconds if fit.wall_seconds > 0 else 0.0
-    listed = sorted(found.values(), key=lambda x: -x["seconds"])
-    at_start = sum(1 for x in listed if x["at_epoch_start"])
-    longest = listed[0]
-    where = ("after its last step, before fit returned" if longest.get("after_last_step") else
-             "at an epoch's start" if longest["at_epoch_start"] else "mid-epoch")
-    if longest.get("after_last_step"):
-        fix = ("The longest pause comes after the last training step, before fit returns: work at the end of "
-               "training (callbacks' on_train_end: saving, a final evaluation, uploads) or the input pipeline "
-               "shutting down (its threads, a generator's workers). Time your callbacks' on_train_end; the "
-               "report's timeline shows what the machine did then.")
-    elif at_start * 2 >= len(listed) and arrays:
-        fix = ("The pauses come as epochs start, and fit was given arrays: Keras makes a new tf.data pipeline from "
-               "them at every epoch (converting and shuffling all of them) before the epoch's first step. Building "
-               "the pipeline once yourself with a shuffle buffer of the whole data set did not remove the pause on "
-               "keras-io's VAE (the buffer refills each epoch); shuffle=False or a smaller buffer would, at the "
-               "cost of less shuffling (not measured).")
-    elif at_start * 2 >= len(listed):
-        fix = ("The pauses come as epochs start: the input pipeline starts over each epoch (a shuffle buffer "
-               "refilled, files reopened, a cache rebuilt, a generator restarted). Prefetch "
-               "(.prefetch(tf.data.AUTOTUNE)), keep the shuffle buffer small, cache after the expensive steps, "
-               "and run with --diagnose to see the pipeline's share.")
-    else:
-        fix = ("The pauses come mid-epoch: periodic work in callbacks (checkpoints, logging, evaluation), "
-               "Python's garbage collector, swapping, or another process taking the cores. Compare their times "
-               "with your callbacks' schedule; the report's timeline shows what the machine did then.")
-    return Finding(
-        id="stalls", severity="high" if share >= STALL_HIGH_SHARE else "moderate" if share >= STALL_MODERATE_SHARE
-        else "low",
-        title=f"Training stalled {len(listed)} times ({lost:.1f} s lost, {share:.0%} of fit); the longest, "
-              f"{longest['seconds']:.1f} s, {where} in {longest['epoch']} at {longest['t']:.1f} s",
-        evidence={"stalls": listed[:10], "count": len(listed), "at_epoch_start": at_start,
-                  "lost_seconds": round(lost, 3), "step_seconds_p50": p50, "stall_seconds_min": round(limit, 3)},
-        fix=fix, expected_gain=f"up to {lost:.1f} s ({share:.0%} of the fit)")
-
-
-def startup_dominated(phases: list[Phase], wall: float, digests: list[StepDigest]) -> Finding | None:
-    imports = sum(p.wall_seconds for p in phases if p.kind == "import" and p.parent is None)
-    fit = main_fit(phases)
-    first = first_steps(fit, digests) if fit else []
-    first_step = first[0][1] if first else 0.0  # the first step traces and builds the train function
-    startup = imports + first_step
-    if wall < STARTUP_MIN_SECONDS or startup < STARTUP_SHARE * wall:
-        return None
-    imported = [p.name.removeprefix("import ") for p in phases if p.kind == "import" and p.parent is None]
-    what = " and ".join(dict.fromkeys(imported)) or "the frameworks"  # the imports' own names: keras, tensorflow
-    return Finding(
-        id="startup_dominated", severity="low",
-        title=f"Start-up took {startup / wall:.0%} of the run ({imports:.1f} s importing {what}, "
-              f"{first_step:.1f} s building the first step)",
-        evidence={"import_seconds": round(imports, 3), "first_step_seconds": round(first_step, 3),
-                  "wall_seconds": round(wall, 3)},
-        fix="For short jobs this is expected. Train longer per process, or keep one process and run many jobs in "
-            "it (a notebook, a server) instead of a new process each time.",
-        expected_gain=None)
-
-
 def cores_idle(fit: Phase | None, allowed: float, explained: bool) -> Finding | None:
     if fit is None or explained or fit.wall_seconds < 1.0 or fit.cores_busy_mean >= IDLE * allowed:
         return None
@@ -555,26 +400,6 @@ def _xla_on_cpu(f: RunFacts) -> Finding | None:
 @rule("cores_idle", category="performance", after=PERFORMANCE_EXPLAINERS)
 def _cores_idle(f: RunFacts) -> Finding | None:
     return cores_idle(f.fit, f.cores_allowed, explained=any(x.id in PERFORMANCE_EXPLAINERS for x in f.found))
-
-
-@rule("startup_dominated", category="performance")
-def _startup_dominated(f: RunFacts) -> Finding | None:
-    return startup_dominated(f.phases, f.record.wall_seconds or 0.0, f.step_digests)
-
-
-@rule("stalls", category="performance")
-def _stalls(f: RunFacts) -> Finding | None:
-    if f.fit is None:
-        return None
-    index = f.phases.index(f.fit)
-    probes = [e for e in f.of_kind(Kind.INPUT_PROBE) if not e.data.get("error")]
-    excursions = [[e.t - a, e.t - b] for e in f.of_kind(Kind.INPUT_AB) for a, b in e.data.get("excursions_before") or []]
-    own = diagnosis_pauses([e.data for e in probes], [e.t for e in probes], excursions)
-    # A step that traced (and compiled) its function is start-up or retracing, not a stall.
-    own += [(e.t - float(e.data.get("seconds") or 0.0), e.t) for e in f.of_kind(Kind.TRACE)]
-    return stalls(f.fit, [p for p in f.phases if p.kind == "epoch" and p.parent == index], f.step_digests, own,
-                  nested=[p for p in f.phases if f.fit.start <= p.start and p.end <= f.fit.end + 1e-6 and p is not f.fit],
-                  arrays=(f.fit_config or {}).get("dataset") is False)
 
 
 def predict_in_loop(phases: list[Phase], probe: PredictProbe | None, wall: float) -> Finding | None:

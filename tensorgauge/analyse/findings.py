@@ -3,7 +3,7 @@ category run in order, the result sorted by severity."""
 
 from __future__ import annotations
 
-from tensorgauge.analyse import diagnose, input_rules, memory, placement  # noqa: F401  (their rules register on import)
+from tensorgauge.analyse import diagnose, input_rules, memory, pauses, placement  # noqa: F401  (their rules register on import)
 from tensorgauge.analyse.phases import as_series
 from tensorgauge.analyse.rules import SEVERITY_ORDER, RunFacts, ids_of, ordered
 from tensorgauge.analyse.summary import summarise
