@@ -205,6 +205,11 @@ def test_the_verdict_is_established_only_when_every_round_agrees():
                      "compute_step_seconds": [[0.01948] * 4, [0.01651] * 4, [0.01662] * 4, [0.02231] * 4]})
     assert ci["input_share"] > 0.15 and ci["input_share_low"] < 0.05 and not ci["established"]
     assert ci["verdict"].startswith("within noise")
+    # ... but of four rounds a majority pooling 20% or more without its highest stands: a competing map's
+    # 37% cost (the job's own interleaved A/B) read as rounds of 20, 3, 32 and 45% in CI.
+    competing = ab_verdict({"real_step_seconds": [[0.01030] * 8, [0.00844] * 8, [0.01149] * 8, [0.01048] * 8],
+                            "compute_step_seconds": [[0.00827] * 4, [0.00817] * 4, [0.00777] * 4, [0.00576] * 4]})
+    assert competing["input_share_low"] < 0.05 and competing["established"]
     # A 30% cost with one round of five caught out far below (the t-test alone would not take it).
     outlier = ab_verdict(ab_event([0.0290, 0.0295, 0.0140, 0.0285, 0.0300], [0.02] * 5))
     assert outlier["input_share_low"] < 0 and outlier["established"]

@@ -75,9 +75,10 @@ def input_split(events: list[Event], phases: list[Phase]) -> dict | None:
 T_CRITICAL = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36}
 
 
-# Rounds among which one or two that disagree may be outvoted (of four, three agreed on 17% where the
-# same healthy job's other runs and an independent A/B found 0-3.5%).
-OUTVOTING_ROUNDS = 5
+# Rounds among which one that disagrees is outvoted for three times the threshold (of four, three agreed on
+# 17% where the same healthy job's other runs and an independent A/B found 0-3.5%); a majority of four or
+# more outvotes the rest for four times it (in CI: a competing map's 37% cost, rounds of 20, 3, 32 and 45%).
+OUTVOTING_ROUNDS, MAJORITY_ROUNDS = 5, 4
 MAJORITY = 0.6  # of the rounds, for a pooled share of four times the threshold
 
 
@@ -86,8 +87,9 @@ def ab_verdict(ab: dict) -> dict:
     share of the step, the lowest and highest share of any round, and whether the cost is established:
     at least :data:`INPUT_MODERATE` of the step, and the rounds bear that out: their mean share above
     it by Student's t at 97.5%, or, pooled over the rounds at least that less the one that shows the
-    most, twice it with every round at least that, or (of :data:`OUTVOTING_ROUNDS` or more) three
-    times it with all rounds but one, four times it with most of them (one round lost to an epoch's
+    most, twice it with every round at least that, three times it with all rounds but one (of
+    :data:`OUTVOTING_ROUNDS` or more), four times it with most of them (of :data:`MAJORITY_ROUNDS`
+    or more) (one round lost to an epoch's
     end does not hide a cost the others all show; a pooled figure the rounds do not bear out is
     "within noise", never a finding that flips from run to run)."""
     real, compute = ab.get("real_step_seconds") or [], ab.get("compute_step_seconds") or []
@@ -111,7 +113,7 @@ def ab_verdict(ab: dict) -> dict:
     agree = (above == len(shares) and robust >= 2 * INPUT_MODERATE) or \
         (len(shares) >= OUTVOTING_ROUNDS and above >= len(shares) - 1 and robust >= 3 * INPUT_MODERATE
          and _clear_of(agreeing, INPUT_MODERATE)) or \
-        (len(shares) >= OUTVOTING_ROUNDS and above >= math.ceil(MAJORITY * len(shares))
+        (len(shares) >= MAJORITY_ROUNDS and above >= math.ceil(MAJORITY * len(shares))
          and robust >= 4 * INPUT_MODERATE)
     established = bool(shares) and share >= INPUT_MODERATE and (agree or _clear_of(shares, INPUT_MODERATE))
     if established:

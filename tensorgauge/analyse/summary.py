@@ -41,7 +41,7 @@ def summarise(record: RunRecord, samples: SampleSeries | list[Sample]) -> Summar
         processes_peak=int(_peak(series["processes"]) or 0),
         samples=n,
         gpu=summarise_gpus(series),
-        other_cores_mean=_other_cores(series),
+        other_cores_mean=other_cores(series),
         metrics={m.name: _mean_peak(series[m.name]) for m in shown_metrics()},
     )
 
@@ -52,7 +52,7 @@ def _mean_peak(values: np.ndarray) -> dict[str, float | None]:
     return {"mean": round(mean, 4) if mean is not None else None, "peak": _peak(values)}
 
 
-def _other_cores(series: SampleSeries) -> float | None:
+def other_cores(series: SampleSeries) -> float | None:
     """Cores busy with other work than the job's, on the CPUs it may use, on average: the machine's busy
     share of those CPUs less the job's own cores busy (None without per-CPU readings)."""
     if not len(series) or not series.cpu_percent.size:
