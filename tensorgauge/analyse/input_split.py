@@ -85,34 +85,29 @@ MAJORITY = 0.6  # of the rounds, for a pooled share of four times the threshold
 def ab_verdict(ab: dict) -> dict:
     """What the A/B's rounds say: the real and compute-only step (medians over every round), input's
     share of the step, the lowest and highest share of any round, and whether the cost is established:
-    at least :data:`INPUT_MODERATE` of the step, and the rounds bear that out: their mean share above
-    it by Student's t at 97.5%, or, pooled over the rounds at least that less the one that shows the
-    most, twice it with every round at least that, three times it with all rounds but one (of
-    :data:`OUTVOTING_ROUNDS` or more), four times it with most of them (of :data:`MAJORITY_ROUNDS`
-    or more) (one round lost to an epoch's
-    end does not hide a cost the others all show; a pooled figure the rounds do not bear out is
-    "within noise", never a finding that flips from run to run)."""
+    at least :data:`INPUT_MODERATE` of the step, and the rounds bear that out. Either their mean share
+    is above it by Student's t at 97.5%, or the share pooled over the rounds at least that, less the
+    one that shows the most, is twice it with every round at least that, three times it with all but
+    one (of :data:`OUTVOTING_ROUNDS` or more, those clear of it by t), or four times it with most of
+    them (of :data:`MAJORITY_ROUNDS` or more). One round lost to an epoch's end does not hide a cost
+    the others all show; a pooled figure the rounds do not bear out is "within noise", never a
+    finding that flips from run to run."""
     real, compute = ab.get("real_step_seconds") or [], ab.get("compute_step_seconds") or []
     pairs = [(r, c) for r, c in zip(real, compute) if r and c]
     step, limit = _pooled(pairs)
     shares = [1 - statistics.median(c) / statistics.median(r) for r, c in pairs]
-    share = _pooled_share(pairs)
-    # Every clause weighs the share pooled over the rounds that agree, less the one that shows the most,
-    # so that no single round carries a verdict: a healthy demo (bare A/B 0-3.5%) once pooled 11.6% from
-    # rounds of 32, 6, 13 and 9%. Every round above the threshold establishes twice it; all rounds but
-    # one (caught out by an epoch's end, say) three times it, with the others clear of the threshold by
-    # the t-test (keras-io's weather forecaster: four rounds of 30-45% and one of -1%; the healthy demo
-    # in CI, on a loaded machine, had 17, 22, 17 and 1%, pooled 19%: of four rounds, one is not
-    # outvoted); a majority
-    # of them four times it (two rounds whose compute-only steps ran 2x slow beside the job's own serial
-    # Python map hid a 31% cost on a quiet machine). Consistent rounds under twice the threshold are
-    # left to the t-test (four rounds of 6-7% are clear of 5%; three are not).
-    agreeing = [x for x in shares if x >= INPUT_MODERATE]
+    share = max(0.0, 1 - limit / step) if step > 0 else 0.0
+    # No single round carries a verdict: the healthy demo (bare A/B 0-3.5%) once pooled 11.6% from rounds
+    # of 32, 6, 13 and 9%, and in CI 19% from 17, 22, 17 and 1%. Outvoted rounds: keras-io's weather
+    # forecaster had four of 30-45% and one of -1%; a serial Python map's 31% cost, two rounds whose
+    # compute-only steps ran 2x slow beside it. Consistent rounds under twice the threshold are left to
+    # the t-test (four rounds of 6-7% are clear of 5%; three are not).
+    agreeing = [(pair, x) for pair, x in zip(pairs, shares) if x >= INPUT_MODERATE]
     above = len(agreeing)
-    robust = _pooled_share(_without_most([p for p, x in zip(pairs, shares) if x >= INPUT_MODERATE], agreeing))
+    robust = _pooled_share(_without_most([pair for pair, _ in agreeing], [x for _, x in agreeing]))
     agree = (above == len(shares) and robust >= 2 * INPUT_MODERATE) or \
         (len(shares) >= OUTVOTING_ROUNDS and above >= len(shares) - 1 and robust >= 3 * INPUT_MODERATE
-         and _clear_of(agreeing, INPUT_MODERATE)) or \
+         and _clear_of([x for _, x in agreeing], INPUT_MODERATE)) or \
         (len(shares) >= MAJORITY_ROUNDS and above >= math.ceil(MAJORITY * len(shares))
          and robust >= 4 * INPUT_MODERATE)
     established = bool(shares) and share >= INPUT_MODERATE and (agree or _clear_of(shares, INPUT_MODERATE))
