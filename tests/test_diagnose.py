@@ -224,6 +224,58 @@ def test_stalls_at_epoch_starts_and_mid_epoch():
     assert stalls(replace(fit_phase, end=11.0), epochs, [digests[0], digest([0.01] * 100, start=10.0)]) is None
 
 
+def _weather_like_fit():
+    """Keras' weather forecaster as it ran bare: 2 epochs of 40 ms steps, each followed by a 3 s validation
+    pass of 30 ms steps; epoch 2 waits 4.5 s for its first step and the first validation pass ends with a
+    1.8 s wait, both at 0.02 cores (tf.data deleting an iterator); 1.6 cores busy the rest of the time."""
+    epochs = [Phase(name="epoch 1", kind="epoch", start=0.0, end=14.8, parent=0),
+              Phase(name="epoch 2", kind="epoch", start=14.8, end=32.3, parent=0)]
+    validations = [Phase(name="validation", kind="evaluate", start=10.0, end=14.8, parent=1, step_seconds_p50=0.03),
+                   Phase(name="validation", kind="evaluate", start=29.3, end=32.3, parent=2, step_seconds_p50=0.03)]
+    fit_phase = Phase(name="fit", kind="fit", start=0.0, end=32.3, step_seconds_p50=0.04, steps=500)
+    # The first validation's first step traces the test function (1.5 s): start-up, not a stall.
+    digests = [digest([1.0] + [0.04] * 225, start=0.0), digest([1.5] + [0.03] * 50 + [1.8], start=10.0),
+               digest([4.54] + [0.04] * 249, start=14.8), digest([0.03] * 100, start=29.3)]
+    pauses = [(13.0, 14.8), (14.8, 19.3)]
+
+    def cpu_at(t):
+        busy = 1.6 * t - sum(1.58 * max(0.0, min(t, b) - a) for a, b in pauses)
+        return busy
+
+    return fit_phase, epochs, validations, digests, cpu_at
+
+
+def test_idle_pauses_of_a_tf_data_pipeline_with_autotuning_get_the_autotune_fix():
+    fit_phase, epochs, validations, digests, cpu = _weather_like_fit()
+    pipeline = {"dataset": True, "dataset_autotune": True, "dataset_python_ops": []}
+    found = stalls(fit_phase, epochs, digests, nested=[*epochs, *validations], cpu_at=cpu, pipeline=pipeline)
+    assert [(x["epoch"], x["seconds"], x["at_epoch_start"], x.get("in_validation")) for x in found.evidence["stalls"]] \
+        == [("epoch 2", 4.54, True, None), ("epoch 1", 1.8, False, True)]
+    assert [x["cores_busy"] for x in found.evidence["stalls"]] == [0.03, 0.02]  # (the first step itself computes)
+    assert "autotune.enabled = False" in found.fix and "at most 0.03 cores busy" in found.fix
+    # Python of the job's own in the pipeline (a generator) may be what it waited on: not this advice.
+    other = stalls(fit_phase, epochs, digests, nested=[*epochs, *validations], cpu_at=cpu,
+                   pipeline={**pipeline, "dataset_python_ops": ["EagerPyFunc"]})
+    assert "autotune" not in other.fix and "epochs start" in other.fix
+    for told in ({**pipeline, "dataset_autotune": False}, {**pipeline, "dataset_python_ops": None}, {}):
+        assert "autotune" not in stalls(fit_phase, epochs, digests, nested=[*epochs, *validations], cpu_at=cpu,
+                                         pipeline=told).fix
+    # Without the job's CPU, or with its cores busy through the pauses, nothing says it only waited.
+    assert "autotune" not in stalls(fit_phase, epochs, digests, nested=[*epochs, *validations], pipeline=pipeline).fix
+    busy = stalls(fit_phase, epochs, digests, nested=[*epochs, *validations], cpu_at=lambda t: 1.6 * t,
+                  pipeline=pipeline)
+    assert busy.evidence["stalls"][0]["cores_busy"] == 1.6 and "autotune" not in busy.fix
+
+
+def test_a_slow_validation_step_is_held_against_the_validations_own_median():
+    fit_phase, epochs, validations, digests, _ = _weather_like_fit()
+    # Validation steps of 0.3 s against training steps of 40 ms: 0.9 s is 3x the validation's, no stall.
+    slow = [replace(v, step_seconds_p50=0.3) for v in validations]
+    steady = [digests[0], digest([1.5] + [0.3] * 8 + [0.9], start=10.0), digests[2], digests[3]]
+    found = stalls(fit_phase, epochs, steady, nested=[*epochs, *slow])
+    assert [x["epoch"] for x in found.evidence["stalls"]] == ["epoch 2"]
+
+
 def test_the_diagnose_windows_own_pauses_are_not_stalls():
     fit_phase = Phase(name="fit", kind="fit", start=0.0, end=10.0, step_seconds_p50=0.01, steps=1000)
     epochs = [Phase(name="epoch 1", kind="epoch", start=0.0, end=20.0, parent=0)]

@@ -66,6 +66,8 @@ def send_fit_config(model, args: list, kwargs: dict) -> None:
         if is_dataset and batch_size is None:
             batch_size = _dataset_batch_size(x) or _batch_stage_size(x)
         backend = keras_backend(model)
+        pipeline = {**_pipeline_facts(x), **(_dataset_facts(x, batch_size) if _pipeline_asked() else {})
+                    } if is_dataset and _no_strategy(tf, model) else {}
         # TensorFlow's pools run a TensorFlow fit only (on JAX, Keras imports TensorFlow for its data adapters).
         channel().emit(Kind.FIT_CONFIG, backend=backend, run_eagerly=bool(getattr(model, "run_eagerly", False)),
                        **_runtime_facts(tf if backend == "tensorflow" else None),
@@ -73,8 +75,7 @@ def send_fit_config(model, args: list, kwargs: dict) -> None:
                        steps_per_execution=_plain_int(getattr(model, "steps_per_execution", 1)),
                        batch_size=int(batch_size) if batch_size else (None if is_dataset else 32),
                        epochs=fit_epochs(args, kwargs),
-                       dataset=is_dataset,
-                       **(_dataset_facts(x, batch_size) if is_dataset and _inspect_dataset(tf, model) else {}))
+                       dataset=is_dataset, **pipeline)
     except Exception:
         pass
 
@@ -106,6 +107,18 @@ def _runtime_facts(tf) -> dict:
             "functions_run_eagerly": bool(tf.config.functions_run_eagerly()) if tf else None}
 
 
+def _pipeline_facts(dataset) -> dict:
+    """What every run tells of fit's pipeline: whether tf.data autotunes it (its default), and the
+    Python ops in its stages (a generator, a ``py_function``), which wait on the job's own code."""
+    facts: dict = {}
+    try:
+        facts["dataset_autotune"] = dataset.options().autotune.enabled is not False
+        facts["dataset_python_ops"] = sorted(o for o in _pipeline_ops(dataset) if o in PYTHON_OPS)
+    except Exception:
+        pass
+    return facts
+
+
 def _pipeline_asked() -> bool:
     """Looking into the training pipeline was asked for: diagnosis on, or a --try-fixes window."""
     return bool(mode() or os.environ.get(WINDOW_ENV, "0") not in ("", "0"))
@@ -117,11 +130,9 @@ def _plain_int(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _inspect_dataset(tf, model) -> bool:
-    """Look into fit's pipeline only when asked to (--diagnose, --try-fixes), and never under a
-    distribution strategy (TensorFlow's multi-worker runtime is fragile: see the README)."""
-    if not _pipeline_asked():
-        return False
+def _no_strategy(tf, model) -> bool:
+    """fit runs under no distribution strategy: its pipeline may be looked into (TensorFlow's
+    multi-worker runtime is fragile: see the README)."""
     strategy = getattr(model, "distribute_strategy", None)
     return strategy is None or not tf.distribute.has_strategy() and type(strategy).__name__.startswith("_Default")
 

@@ -142,6 +142,7 @@ class FitConfig(Common, total=False):
     dataset_random_ops: list[str] | None
     dataset_python_ops: list[str] | None
     dataset_stages: list[str] | None  # the pipeline's stage classes, outermost first (_PrefetchDataset, ...)
+    dataset_autotune: bool | None  # tf.data's autotuning is on for the pipeline (its default)
     loop: bool  # sent by a custom training loop's first step (not a fit): its dataset, threads
     eager: bool  # that loop's steps run eagerly
 
