@@ -14,9 +14,12 @@ from tensorgauge.model import Finding, Phase
 from tensorgauge.steps import StepDigest
 
 STARTUP_SHARE, STARTUP_MIN_SECONDS = 0.5, 3.0
-# A step (or a wait before an epoch's first) this long is a stall. Not under a second: tf.data's own
-# start-up makes 0.55-0.66 s pauses at random epoch starts and fit ends on TensorFlow 2.21 (measured bare,
-# with and without shuffle), and a threshold inside that noise flips the verdict from run to run.
+# A step (or a wait before an epoch's first) this long is a stall. Not under a second: tf.data makes
+# 0.55-0.66 s pauses at random epoch starts and fit ends on TensorFlow 2.21 (measured bare, with and without
+# shuffle), and a threshold inside that noise flips the verdict from run to run. Their cause, seen with gdb
+# on keras-io's weather forecaster (bare, where they reach 1.3-6.5 s as its 15 s epochs go on): deleting an
+# iterator (a new epoch's, a validation pass's end, fit's return) waits in RootDataset::Iterator's destructor
+# for the iterator's autotuning thread, asleep in Model::OptimizeLoop until its next wake, no core busy.
 STALL_FACTOR, STALL_MIN_SECONDS = 10.0, 1.0
 STALL_MIN_LOST_SECONDS = 1.0
 STALL_MODERATE_SHARE, STALL_HIGH_SHARE = 0.05, 0.2  # of the fit's wall lost to stalls
@@ -177,7 +180,8 @@ def stalls(fit: Phase | None, epochs: list[Phase], digests: list[StepDigest],
         id="stalls", severity="high" if share >= STALL_HIGH_SHARE else "moderate" if share >= STALL_MODERATE_SHARE
         else "low",
         title=f"Training stalled {len(listed)} times ({lost:.1f} s lost, {share:.0%} of fit); the longest, "
-              f"{longest['seconds']:.1f} s, {where} in {longest['epoch']} at {longest['t']:.1f} s",
+              f"{longest['seconds']:.1f} s, {where}"
+              f"{'' if longest.get('after_last_step') else ' in ' + longest['epoch']} at {longest['t']:.1f} s",
         evidence={"stalls": listed[:10], "count": len(listed), "at_epoch_start": at_start,
                   "lost_seconds": round(lost, 3), "step_seconds_p50": p50, "stall_seconds_min": round(limit, 3)},
         fix=fix, expected_gain=f"up to {lost:.1f} s ({share:.0%} of the fit)")
