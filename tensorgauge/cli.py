@@ -14,6 +14,7 @@ import sys
 from tensorgauge._version import __version__
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.monitoring.limits import interval_option
+from tensorgauge.own_process import lighten
 
 PROG = "tensorgauge"
 
@@ -259,6 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # the tool's own process (not a caller's, as in tests)
+        lighten()
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         args = build_parser().parse_args(argv)

@@ -3,6 +3,7 @@ its checkpoint folder, the live observers, and the one-line summary at the end."
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -102,11 +103,11 @@ def record(command: list[str], options: RecordOptions) -> tuple[int, str]:
 
         prometheus = PrometheusExporter(options.prometheus)
         exporters.append(prometheus)
-    err = console(stderr=True)
-    if options.live and err.is_terminal:
+    err = functools.cache(lambda: console(stderr=True))  # rich only when something is printed
+    if options.live and err().is_terminal:
         from tensorgauge.live.view import LiveView
 
-        exporters.append(LiveView(err))
+        exporters.append(LiveView(err()))
     if options.checkpoint and budget is not None and budget.max_memory_bytes is not None:
         _check_checkpoint_dir(options.checkpoint)  # now (before anything is made), not when the budget fires
     with open_store(options.store) as store:  # closed however the run ends
@@ -118,24 +119,24 @@ def record(command: list[str], options: RecordOptions) -> tuple[int, str]:
             checkpoint_dir = options.checkpoint or str(default_checkpoint_dir(store.data_dir, command))
             _check_checkpoint_dir(checkpoint_dir)
         if options.diagnose == "always" and os.environ.get("TF_CONFIG") and not options.quiet:
-            err.print("[yellow]tensorgauge: note: --diagnose profiles 10 training steps; under "
+            err().print("[yellow]tensorgauge: note: --diagnose profiles 10 training steps; under "
                       "MultiWorkerMirroredStrategy, TensorFlow 2.21 crashed a worker in that window in about 1 run "
                       "in 12 here (a TensorFlow bug). Run without --diagnose where a crash costs you.[/yellow]")
 
         def started(run_record) -> None:
             if not options.quiet:
-                _say(err, f"[dim]tensorgauge: recording run {run_record.run_id} every {options.interval_seconds:g} s "
+                _say(err(), f"[dim]tensorgauge: recording run {run_record.run_id} every {options.interval_seconds:g} s "
                           f"into {safe(store.location)}[/dim]")
             for exporter in exporters:
                 exporter.start(run_record)
             if prometheus is not None and not options.quiet:
-                _say(err, f"[dim]tensorgauge: Prometheus metrics on http://{prometheus.host}:{prometheus.port}/metrics[/dim]")
+                _say(err(), f"[dim]tensorgauge: Prometheus metrics on http://{prometheus.host}:{prometheus.port}/metrics[/dim]")
 
         try:
             result = run(command, store, interval_seconds=options.interval_seconds, name=options.name,
                          hook=options.hook, on_start=started, budget=budget, checkpoint_dir=checkpoint_dir,
                          diagnose=options.diagnose, observers=exporters, job=options.job,
-                         report=lambda line: _say(err, f"tensorgauge: warning: {line}", markup=False),
+                         report=lambda line: _say(err(), f"tensorgauge: warning: {line}", markup=False),
                          keep_job_on_failure=options.keep_job_on_failure, extra_env=options.extra_env,
                          stop_grace_seconds=options.stop_grace_seconds)
         finally:
@@ -149,7 +150,7 @@ def record(command: list[str], options: RecordOptions) -> tuple[int, str]:
             if options.json_path:
                 write_json(analysed.to_dict(), options.json_path)
         except TensorgaugeError as exc:  # the job's exit code stands; the run is in the store
-            _say(err, f"tensorgauge: warning: {safe(str(exc))} (the run is stored: tensorgauge show "
+            _say(err(), f"tensorgauge: warning: {safe(str(exc))} (the run is stored: tensorgauge show "
                       f"{record_.run_id} --json)", markup=False)
         if not options.quiet:  # from what the monitor saw: no reading back, however long the run
             from tensorgauge.render.terminal import outcome
@@ -157,7 +158,7 @@ def record(command: list[str], options: RecordOptions) -> tuple[int, str]:
 
             wall = record_.wall_seconds or 0.0
             cpu = record_.cpu_seconds_total or 0.0
-            _say(err, f"[dim]tensorgauge: run {record_.run_id}: {outcome(record_)}, {format_seconds(wall)} wall, "
+            _say(err(), f"[dim]tensorgauge: run {record_.run_id}: {outcome(record_)}, {format_seconds(wall)} wall, "
                       f"{cpu:.2f} CPU-s, {cpu / wall if wall > 0 else 0.0:.2f} cores mean, RSS peak "
                       f"{format_bytes(result.rss_peak_bytes)}, {result.phases} phases — tensorgauge show "
                       f"{record_.run_id}[/dim]")

@@ -104,7 +104,7 @@ class Guard:
         os.set_inheritable(read_fd, True)
         try:
             process = subprocess.Popen(
-                [sys.executable, "-I", "-c", _GUARDIAN, str(read_fd), os.pathsep.join(procs_files),
+                [sys.executable, "-I", "-S", "-c", _GUARDIAN, str(read_fd), os.pathsep.join(procs_files),
                  str(GRACE_SECONDS), leftover],
                 pass_fds=(read_fd,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL, start_new_session=True)

@@ -41,6 +41,7 @@ from tensorgauge.monitoring.recording import (
 )
 from tensorgauge.monitoring.run_files import RunFiles, SpaceWatch
 from tensorgauge.monitoring.sampler import Sampler
+from tensorgauge.own_process import without_own
 from tensorgauge.sources import cgroup
 from tensorgauge.sources.cluster import worker_identity
 from tensorgauge.sources.process_tree import descendants
@@ -91,7 +92,7 @@ def _placed(command: list[str], procs_files: list[str]) -> list[str]:
 
 def job_environment(events_path: str | None, run_id: str, hook: bool, base: dict | None = None) -> dict:
     """The job's environment: the caller's, plus the channel and the hook on PYTHONPATH."""
-    env = dict(os.environ if base is None else base)
+    env = without_own(dict(os.environ if base is None else base))
     env[RUN_ID_ENV] = run_id
     if events_path:
         env[EVENTS_ENV] = events_path

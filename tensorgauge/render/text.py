@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import re
 
-from rich.markup import escape
-
 from tensorgauge.model import shown_metrics
 from tensorgauge.units import format_quantity
 
@@ -29,6 +27,8 @@ def plain(value: object) -> str:
 
 def safe(value: object) -> str:
     """``value`` for a rich console: control characters shown, markup escaped."""
+    from rich.markup import escape  # rich only where something is printed: a quiet run never loads it
+
     return escape(plain(value))
 
 
