@@ -37,7 +37,7 @@ test: $(VENV)/.installed-test
 	$(BIN)/ruff check tensorgauge tests benchmarks
 	$(BIN)/mypy
 	url=$$(scripts/postgres-for-tests start || true); \
-	TENSORGAUGE_TEST_POSTGRES=$$url $(BIN)/python -m pytest -q; status=$$?; \
+	TENSORGAUGE_TEST_POSTGRES=$$url $(BIN)/python -m pytest -q --durations=15; status=$$?; \
 	scripts/postgres-for-tests stop; exit $$status
 
 lint: $(VENV)/.installed-test

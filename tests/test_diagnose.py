@@ -260,6 +260,14 @@ def test_idle_pauses_of_a_tf_data_pipeline_with_autotuning_get_the_autotune_fix(
     for told in ({**pipeline, "dataset_autotune": False}, {**pipeline, "dataset_python_ops": None}, {}):
         assert "autotune" not in stalls(fit_phase, epochs, digests, nested=[*epochs, *validations], cpu_at=cpu,
                                          pipeline=told).fix
+    # fit given arrays: Keras' own pipeline, autotuned on TensorFlow (on JAX, Keras iterates the arrays itself).
+    keras_own = {"dataset": False, "backend": "tensorflow"}
+    arrays = stalls(fit_phase, epochs, digests, nested=[*epochs, *validations], cpu_at=cpu, pipeline=keras_own,
+                    arrays=True)
+    assert "autotune.enabled = False" in arrays.fix and "from_tensor_slices((x, y))" in arrays.fix
+    on_jax = stalls(fit_phase, epochs, digests, nested=[*epochs, *validations], cpu_at=cpu,
+                    pipeline={**keras_own, "backend": "jax"}, arrays=True)
+    assert "autotune" not in on_jax.fix and "fit was given arrays" in on_jax.fix
     # Without the job's CPU, or with its cores busy through the pauses, nothing says it only waited.
     assert "autotune" not in stalls(fit_phase, epochs, digests, nested=[*epochs, *validations], pipeline=pipeline).fix
     busy = stalls(fit_phase, epochs, digests, nested=[*epochs, *validations], cpu_at=lambda t: 1.6 * t,

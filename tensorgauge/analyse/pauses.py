@@ -24,6 +24,9 @@ STALL_FACTOR, STALL_MIN_SECONDS = 10.0, 1.0
 STALL_MIN_LOST_SECONDS = 1.0
 STALL_MODERATE_SHARE, STALL_HIGH_SHARE = 0.05, 0.2  # of the fit's wall lost to stalls
 IDLE_CORES = 0.25  # a pause with fewer of the job's cores busy waited on something: it did not compute
+ARRAYS_AUTOTUNE_MEASURED = ("On keras-io's antirectifier (TensorFlow 2.21, bare, 2 runs of each, interleaved) fit took 60.5 and "
+                            "60.7 s so against 68.2 and 71.3 s on the arrays, its waits at epoch starts and validation ends "
+                            "0.03 s against 5.1 and 10.9 s; the same pipeline with autotuning on took 70.4 and 66.9 s.")
 AUTOTUNE_MEASURED = ("On keras-io's weather forecaster (TensorFlow 2.21, bare, 2 interleaved pairs) it took the pauses from "
                      "9.1 and 11.1 s a run to 0.1 and 0.0 s, and its epochs from 16.1 and 17.4 s to 14.8 and 14.0 s, "
                      "the steps no slower.")
@@ -145,16 +148,24 @@ def stalls(fit: Phase | None, epochs: list[Phase], digests: list[StepDigest],
              "in a validation pass" if longest.get("in_validation") else "mid-epoch")
     idle = [x for x in listed if x.get("cores_busy") is not None and x["cores_busy"] < IDLE_CORES]
     pipeline = pipeline or {}
-    if (longest in idle and len(idle) * 2 >= len(listed) and pipeline.get("dataset")
-            and pipeline.get("dataset_autotune") and pipeline.get("dataset_python_ops") == []):
-        busy = max(x["cores_busy"] for x in idle)
+    waited = longest in idle and len(idle) * 2 >= len(listed)
+    busy = max((x["cores_busy"] for x in idle), default=0.0)
+    teardown = ("deleting an epoch's iterator (as an epoch starts, a validation pass ends, fit returns) waits until "
+                "the iterator's autotuning thread wakes: up to seconds, longer as the fit goes on (TensorFlow 2.21).")
+    if waited and pipeline.get("dataset") and pipeline.get("dataset_autotune") and pipeline.get("dataset_python_ops") == []:
         fix = (f"The job's cores sat idle through the pauses (at most {busy:.2f} cores busy): it waited, it did not "
                "compute, so no pipeline work (a shuffle buffer, a map) was being redone, and the pipeline runs no "
-               "Python of yours. fit reads a tf.data pipeline with autotuning on, and deleting an epoch's iterator "
-               "(as an epoch starts, a validation pass ends, fit returns) waits until the iterator's autotuning "
-               "thread wakes: up to seconds, longer as the fit goes on (TensorFlow 2.21). Turn autotuning off "
+               f"Python of yours. fit reads a tf.data pipeline with autotuning on, and {teardown} Turn autotuning off "
                "for the pipeline, and the validation data's: options = tf.data.Options(); "
                "options.autotune.enabled = False; dataset = dataset.with_options(options). " + AUTOTUNE_MEASURED)
+    elif waited and arrays and pipeline.get("backend") == "tensorflow":
+        fix = (f"The job's cores sat idle through the pauses (at most {busy:.2f} cores busy): it waited, it did not "
+               "compute, so Keras was not converting or shuffling the arrays. fit was given arrays, from which "
+               f"Keras makes a tf.data pipeline with autotuning on, and {teardown} Make the pipeline yourself with "
+               "autotuning off and give fit the datasets: options = tf.data.Options(); options.autotune.enabled = "
+               "False; train = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x)).batch(batch_size)"
+               ".prefetch(tf.data.AUTOTUNE).with_options(options), and the validation data's likewise (without the "
+               "shuffle). " + ARRAYS_AUTOTUNE_MEASURED)
     elif longest.get("after_last_step"):
         fix = ("The longest pause comes after the last training step, before fit returns: work at the end of "
                "training (callbacks' on_train_end: saving, a final evaluation, uploads) or the input pipeline "
