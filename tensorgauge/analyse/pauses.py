@@ -25,7 +25,7 @@ STALL_MIN_LOST_SECONDS = 1.0
 STALL_MODERATE_SHARE, STALL_HIGH_SHARE = 0.05, 0.2  # of the fit's wall lost to stalls
 IDLE_CORES = 0.25  # a pause with fewer of the job's cores busy waited on something: it did not compute
 ARRAYS_AUTOTUNE_MEASURED = ("On keras-io's antirectifier (TensorFlow 2.21, bare, 2 runs of each, interleaved) fit took 60.5 and "
-                            "60.7 s so against 68.2 and 71.3 s on the arrays, its waits at epoch starts and validation ends "
+                            "60.7 s against 68.2 and 71.3 s on the arrays, its waits at epoch starts and validation ends "
                             "0.03 s against 5.1 and 10.9 s; the same pipeline with autotuning on took 70.4 and 66.9 s.")
 AUTOTUNE_MEASURED = ("On keras-io's weather forecaster (TensorFlow 2.21, bare, 2 interleaved pairs) it took the pauses from "
                      "9.1 and 11.1 s a run to 0.1 and 0.0 s, and its epochs from 16.1 and 17.4 s to 14.8 and 14.0 s, "
