@@ -108,6 +108,19 @@ def test_the_ab_stops_once_its_rounds_leave_no_doubt(monkeypatch, events, real, 
     assert len(event["compute_step_seconds"]) == rounds
 
 
+@pytest.mark.parametrize("real, compute, decided", [
+    ([11.5, 9.9, 9.8], [10.0, 10.0, 10.0], True),  # one noisy round (13%), pooled -1%: the healthy tool-cost job
+    ([11.5, 10.1, 10.2], [10.0, 10.0, 10.0], True),  # pooled 2%
+    ([11.5, 11.2, 9.8], [10.0, 10.0, 10.0], False),  # two rounds at 5% or more: the rest may carry a verdict
+    ([10.52, 10.89, 7.62], [8.3, 10.7, 7.9], False),  # 21, 2 and -4%, pooled 21%: input_competes in a test run
+])
+def test_a_noisy_round_does_not_keep_a_pool_under_half_the_threshold_running(real, compute, decided):
+    ab = InputAB(FakeModel(Clock(), 0.01, 0.01), None, 5, allowance_seconds=None)
+    ab.real = [[ms / 1000] * input_ab.REAL_STEPS for ms in real]
+    ab.compute = [[ms / 1000] * (input_ab.PROBE_STEPS - input_ab._DROPPED) for ms in compute]
+    assert ab._decided() is decided
+
+
 def test_a_fit_that_ends_before_three_rounds_says_so(monkeypatch, events):
     ab, model, original, _, sent = run_ab(monkeypatch, events, real=0.01, compute=0.01, steps=20)
     assert sent == []  # still in its second round

@@ -150,16 +150,17 @@ class InputAB:
 
     def _decided(self) -> bool:
         """The rounds so far (:data:`MIN_ROUNDS` or more) leave no doubt, so the rest would cost for nothing:
-        every round under :data:`INPUT_MODERATE` of the step and their pooled share under half that (the
-        analysis says "no input cost"), or every round at :data:`INPUT_HIGH` or more. A verdict near the
-        threshold gets all its rounds."""
+        their pooled share under half :data:`INPUT_MODERATE` with at most one round at it or more (a noisy
+        round: the analysis outvotes it, and two more rounds could not carry a verdict the pool denies), or
+        every round at :data:`INPUT_HIGH` or more. A verdict near the threshold gets all its rounds."""
         rounds = list(zip(self.real, self.compute))
         if len(rounds) < MIN_ROUNDS or not all(real and compute for real, compute in rounds):
             return False
         shares = [1 - statistics.median(compute) / statistics.median(real) for real, compute in rounds]
         pooled = 1 - (statistics.median(t for _, compute in rounds for t in compute)
                       / statistics.median(t for real, _ in rounds for t in real))
-        return (max(shares) < INPUT_MODERATE and pooled < INPUT_MODERATE / 2) or min(shares) >= INPUT_HIGH
+        agreeing = sum(share >= INPUT_MODERATE for share in shares)
+        return (agreeing <= 1 and pooled < INPUT_MODERATE / 2) or min(shares) >= INPUT_HIGH
 
     def _first_fits(self) -> bool:
         """The first excursion's fewest compute-only steps, at most a real step each, fit in its share of the
