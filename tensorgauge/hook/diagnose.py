@@ -66,8 +66,10 @@ def send_fit_config(model, args: list, kwargs: dict) -> None:
         if is_dataset and batch_size is None:
             batch_size = _dataset_batch_size(x) or _batch_stage_size(x)
         backend = keras_backend(model)
-        pipeline = {**_pipeline_facts(x), **(_dataset_facts(x, batch_size) if _pipeline_asked() else {})
-                    } if is_dataset and _no_strategy(tf, model) else {}
+        pipeline: dict = {}
+        if is_dataset and _no_strategy(tf, model):
+            ops = _ops_or_none(x)  # walked once for both
+            pipeline = {**_pipeline_facts(x, ops), **(_dataset_facts(x, batch_size, ops) if _pipeline_asked() else {})}
         # TensorFlow's pools run a TensorFlow fit only (on JAX, Keras imports TensorFlow for its data adapters).
         channel().emit(Kind.FIT_CONFIG, backend=backend, run_eagerly=bool(getattr(model, "run_eagerly", False)),
                        **_runtime_facts(tf if backend == "tensorflow" else None),
@@ -107,16 +109,25 @@ def _runtime_facts(tf) -> dict:
             "functions_run_eagerly": bool(tf.config.functions_run_eagerly()) if tf else None}
 
 
-def _pipeline_facts(dataset) -> dict:
+def _pipeline_facts(dataset, ops: set[str] | None) -> dict:
     """What every run tells of fit's pipeline: whether tf.data autotunes it (its default), and the
-    Python ops in its stages (a generator, a ``py_function``), which wait on the job's own code."""
+    Python ops in its stages (``ops``: a generator, a ``py_function``), which wait on the job's own code."""
     facts: dict = {}
     try:
         facts["dataset_autotune"] = dataset.options().autotune.enabled is not False
-        facts["dataset_python_ops"] = sorted(o for o in _pipeline_ops(dataset) if o in PYTHON_OPS)
     except Exception:
         pass
+    if ops is not None:
+        facts["dataset_python_ops"] = sorted(o for o in ops if o in PYTHON_OPS)
     return facts
+
+
+def _ops_or_none(dataset) -> set[str] | None:
+    """:func:`_pipeline_ops`, or None where tf.data's private API is not there."""
+    try:
+        return _pipeline_ops(dataset)
+    except Exception:
+        return None
 
 
 def _pipeline_asked() -> bool:
@@ -142,9 +153,9 @@ RANDOM_OPS = ("Random", "Multinomial", "TruncatedNormal")  # op types containing
 PYTHON_OPS = ("PyFunc", "EagerPyFunc", "NumpyFunction")
 
 
-def _dataset_facts(dataset, batch_size) -> dict:
+def _dataset_facts(dataset, batch_size, ops: set[str] | None = None) -> dict:
     """Batches per epoch and bytes of a finite pipeline (None when unknown), and the random and
-    Python op types in the functions of every stage (map, filter, ...)."""
+    Python op types in the functions of every stage (map, filter, ...; ``ops``: those already walked)."""
     facts: dict = {"dataset_batches": None, "dataset_bytes": None, "dataset_random_ops": None,
                    "dataset_python_ops": None, "dataset_stages": _stages(dataset)}
     try:
@@ -161,7 +172,7 @@ def _dataset_facts(dataset, batch_size) -> dict:
                 sizes.append(None if None in dims else int(np.prod(dims, dtype=np.int64)) * spec.dtype.size)  # type: ignore[arg-type]
             if None not in sizes:
                 facts["dataset_bytes"] = sum(s for s in sizes if s is not None) * batches
-        ops = _pipeline_ops(dataset)
+        ops = _pipeline_ops(dataset) if ops is None else ops
         facts["dataset_random_ops"] = sorted(o for o in ops if any(r in o for r in RANDOM_OPS))
         facts["dataset_python_ops"] = sorted(o for o in ops if o in PYTHON_OPS)
     except Exception:
