@@ -124,8 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                    "affinity and (where permitted) a cgroup quota")
     p.add_argument("--max-gpu-memory", metavar="SIZE", help="GPU memory per GPU for TensorFlow, e.g. 8GiB")
     p.add_argument("--checkpoint", metavar="DIR",
-                   help="where a budget stop leaves a resumable checkpoint (default: one folder per "
-                        "command beside the store; run the same command again to resume)")
+                   help="where a budget stop leaves a resumable checkpoint, in a subfolder "
+                        "tensorgauge-resume it makes and removes (default: one folder per command beside the "
+                        "store; run the same command again to resume at the step it stopped at)")
     p.add_argument("--job", metavar="ID", help="the distributed job this worker belongs to (default: derived from "
                                                "TF_CONFIG's cluster, the same on every worker)")
     p.add_argument("--live", action="store_true",

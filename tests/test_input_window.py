@@ -328,8 +328,8 @@ def test_a_later_fit_tries_the_ab_only_when_it_is_expected_to_last_twice_as_long
         call = FitCall(model=object(), keras_callbacks=None, kwargs={"steps_per_epoch": steps_per_epoch, "epochs": 1},
                        fit_input=(None, None, 32))
         listener = input_window._InputDiagnosis(call, unbounded=False)
-        for _ in range(steps_per_epoch):
-            listener.on_train_batch_begin(None, 0)
+        for step in range(steps_per_epoch):
+            listener.on_train_batch_begin(None, 0, step)
             clock.now += step_seconds
         listener.on_train_end(None)
         return len(started) > before

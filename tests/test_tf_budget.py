@@ -24,7 +24,9 @@ def tg(tg_cmd, *args, env=None):
 
 def test_memory_budget_stops_gracefully_and_training_resumes(store_path, tg_cmd, tmp_path):
     budget = int(psutil.virtual_memory().total * 0.10)
-    checkpoint = tmp_path / "ckpt"
+    checkpoint = tmp_path / "ckpt"  # the user's own folder, with a file of theirs in it
+    checkpoint.mkdir()
+    (checkpoint / "my_best.weights.h5").write_text("mine")
     first = tg(tg_cmd, "run", "-q", "--max-memory", "10%", "--checkpoint", str(checkpoint), "--",
                PY, str(JOBS / "budget_grow.py"), str(tmp_path / "first.json"))
     assert first.returncode == 75, first.stderr[-2000:]
@@ -33,12 +35,16 @@ def test_memory_budget_stops_gracefully_and_training_resumes(store_path, tg_cmd,
     report = RunReport.load(store, "last")
     b = report.record.budget
     assert report.memory["end_cause"] == "budget" and report.memory["post_mortem"]["epoch"] is not None
-    assert b["stopped"] and b["graceful"] and b["checkpoint"] == str(checkpoint)
+    own = checkpoint / "tensorgauge-resume"  # the tool writes only into a folder of its own
+    assert b["stopped"] and b["graceful"] and b["checkpoint"] == str(own)
     assert b["max_memory_bytes"] == pytest.approx(budget, rel=0.001)
     peak = max(s.rss_bytes for s in store.samples(report.record.run_id))
     assert peak <= budget * 1.05
-    assert sorted(p.name for p in checkpoint.iterdir()) == ["latest.weights.h5", "training_metadata.json"]
-    stopped_in = json.loads((tmp_path / "first.json").read_text())["epochs"][-1]
+    assert sorted(p.name for p in checkpoint.iterdir()) == ["my_best.weights.h5", "tensorgauge-resume"]
+    assert sorted(p.name for p in own.iterdir()) == ["latest.weights.h5", "tensorgauge-resume.json",
+                                                     "training_metadata.json"]
+    ran = json.loads((tmp_path / "first.json").read_text())
+    stopped_in, stopped_at = ran["steps"][-1]  # the stop came as this step began: its weights hold the steps before
     assert stopped_in >= 1  # 8 MiB a batch reaches the soft line after ~200 batches
     finding = next(f for f in report.findings if f.id == "memory_budget")
     assert finding.severity == "high" and "Resume by running the same command again" in finding.fix
@@ -46,13 +52,35 @@ def test_memory_budget_stops_gracefully_and_training_resumes(store_path, tg_cmd,
     show = tg(tg_cmd, "show", "last")
     assert "Stopped by the memory budget" in show.stdout and "memory_budget" in show.stdout
 
-    # The same command again (the leak fixed) resumes from the checkpoint and finishes.
+    # The same command again (the leak fixed) resumes at the step it stopped at and finishes: with the
+    # steps before the stop, it trains what an unstopped run trains, 5 epochs of 100 steps.
     second = tg(tg_cmd, "run", "-q", "--max-memory", "10%", "--checkpoint", str(checkpoint), "--",
                 PY, str(JOBS / "budget_grow.py"), str(tmp_path / "second.json"), env={**os.environ, "RESUME": "1"})
     assert second.returncode == 0, second.stderr[-2000:]
-    assert json.loads((tmp_path / "second.json").read_text())["epochs"] == list(range(stopped_in, 5))
-    assert not checkpoint.exists() or not any(checkpoint.iterdir())  # Keras removes it once training completes
-    assert RunReport.load(store, "last").record.budget["stopped"] is False
+    resumed = json.loads((tmp_path / "second.json").read_text())["steps"]
+    left = [[stopped_in, b] for b in range(100 - stopped_at)]
+    assert resumed == left + [[e, b] for e in range(stopped_in + 1, 5) for b in range(100)]
+    assert stopped_in * 100 + stopped_at + len(resumed) == 5 * 100
+    where = f"epoch {stopped_in + 1}, from step {stopped_at + 1} of 100" if stopped_at else f"epoch {stopped_in + 1}"
+    assert f"resuming from the budget stop's checkpoint: {where}" in second.stderr
+    record = RunReport.load(store, "last").record.budget
+    assert record["stopped"] is False
+    assert record["resumed"]["epoch"] == stopped_in and record["resumed"]["step"] == stopped_at
+    # The tool's files are gone once training completed; the user's folder and file are not.
+    assert sorted(p.name for p in checkpoint.iterdir()) == ["my_best.weights.h5"]
+    assert (checkpoint / "my_best.weights.h5").read_text() == "mine"
+
+
+def test_checkpoint_folder_of_the_users_survives_a_run_that_completes(store_path, tg_cmd, tmp_path):
+    """A budget that never fires: the user's folder and files are left as they were."""
+    checkpoint = tmp_path / "ck"
+    checkpoint.mkdir()
+    (checkpoint / "my_best.weights.h5").write_text("mine")
+    done = tg(tg_cmd, "run", "-q", "--max-memory", "90%", "--checkpoint", str(checkpoint), "--",
+              PY, str(JOBS / "budget_grow.py"), str(tmp_path / "o.json"), env={**os.environ, "RESUME": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(p.name for p in checkpoint.iterdir()) == ["my_best.weights.h5"]
+    assert (checkpoint / "my_best.weights.h5").read_text() == "mine"
 
 
 def test_cpu_budget_keeps_fit_on_one_core(store_path, tg_cmd, tmp_path):

@@ -2,11 +2,11 @@
 
 - A graceful stop: the monitor creates the file named by ``$TENSORGAUGE_STOP_FILE``
   when the job nears its memory budget. At the next training batch the hook
-  writes a resumable checkpoint with Keras' own ``BackupAndRestore`` (into
-  ``$TENSORGAUGE_CHECKPOINT_DIR``), stops training, and once ``fit`` returns
-  the job exits with :data:`BUDGET_EXIT_CODE`. Running the same command with
-  the same checkpoint folder resumes: ``BackupAndRestore`` restores the
-  weights and the epoch.
+  writes a resumable checkpoint with Keras' own ``BackupAndRestore`` (into the
+  job's own one, else the tool's subfolder of ``$TENSORGAUGE_CHECKPOINT_DIR``),
+  stops training, and once ``fit`` returns the job exits with
+  :data:`BUDGET_EXIT_CODE`. Running the same command with the same checkpoint
+  folder resumes at the step it stopped at (:mod:`.resume`).
 - GPU memory: ``$TENSORGAUGE_GPU_MEMORY_LIMIT`` (bytes) becomes a logical
   device ``memory_limit`` on each GPU, set right after TensorFlow is imported,
   before anything can initialise a GPU.
@@ -18,13 +18,16 @@ import os
 import stat
 import sys
 
+from tensorgauge.hook import resume
 from tensorgauge.hook.channel import channel
 from tensorgauge.hook.listeners import FitCall, FitListener, on_fit, on_tensorflow
-from tensorgauge.hook.protocol import BUDGET_EXIT_CODE, CHECKPOINT_ENV, GPU_MEMORY_ENV, STOP_FILE_ENV, Kind
+from tensorgauge.hook.protocol import BUDGET_EXIT_CODE, GPU_MEMORY_ENV, STOP_FILE_ENV, Kind
 
 
 class _State:
     stopping = False
+    fits = 0  # fit calls so far in this process
+    resumed: resume.Resume | None = None  # the stop the running fit resumed from
 
 
 state = _State()
@@ -45,55 +48,49 @@ def stop_requested() -> bool:
             and folder.st_uid == uid and folder.st_mode & 0o077 == 0)
 
 
-def _checkpoint_folder() -> str | None:
-    return os.environ.get(CHECKPOINT_ENV) or None
+def _job_backup(callbacks):
+    """The job's own ``BackupAndRestore`` (not ours), if it passed one to fit."""
+    return next((cb for cb in callbacks or [] if type(cb).__name__ == "BackupAndRestore"), None)
 
 
-def restore_callback(keras_callbacks, model):
-    """A BackupAndRestore that resumes from a budget stop's checkpoint, if one is there.
+def stop_training(model, callbacks, keras_callbacks, epoch: int, batch: int) -> None:
+    """Checkpoint as BackupAndRestore does, and stop: at a batch boundary once the monitor asked.
 
-    Only when a checkpoint exists: a fresh run gets no callback (and no cost).
-    Keras restores the weights and the epoch, and deletes the checkpoint once
-    training completes. None without a checkpoint or an unbuilt model (Keras requires it).
-    """
-    folder = _checkpoint_folder()
-    backup_class = getattr(keras_callbacks, "BackupAndRestore", None)
-    if not folder or backup_class is None or not getattr(model, "built", False):
-        return None
-    try:
-        if not any(os.scandir(folder)):
-            return None
-    except OSError:
-        return None
-    channel().emit(Kind.BUDGET_RESUME, checkpoint=folder)
-    return backup_class(folder)
-
-
-def stop_training(model, callbacks, keras_callbacks, epoch: int) -> None:
-    """Checkpoint as BackupAndRestore does, and stop: at a batch boundary once the monitor asked."""
+    The weights saved hold ``batch`` steps of ``epoch`` (more when this fit resumed inside
+    that epoch): the resumed fit trains the rest (:mod:`.resume`)."""
     if state.stopping:
         return
     state.stopping = True
     checkpoint = None
-    folder = _checkpoint_folder()
-    backups = [cb for cb in callbacks or [] if type(cb).__name__ == "BackupAndRestore"]
+    steps_done = batch
+    if state.resumed is not None and state.resumed.epoch == epoch:
+        steps_done += state.resumed.steps_done  # the resumed epoch counts its steps from 0 again
+    own = resume.folder()
+    job_backup = _job_backup(callbacks)
     backup_class = getattr(keras_callbacks, "BackupAndRestore", None)
     try:
-        if backups:
-            backup = backups[0]
-        elif folder and backup_class is not None:
-            backup = backup_class(folder, delete_checkpoint=False)
+        if job_backup is not None:
+            backup = job_backup
+        elif own and backup_class is not None:
+            os.makedirs(own, mode=0o700, exist_ok=True)
+            backup = backup_class(own, delete_checkpoint=False)
             backup.set_model(model)
         else:
             backup = None
         if backup is not None:
-            backup._current_epoch = epoch  # resume re-runs the interrupted epoch from these weights
+            backup._current_epoch, backup._last_batch_seen = epoch, steps_done
             backup._save_model()
             backup.delete_checkpoint = False  # fit's on_train_end must keep it
+            backup.save_freq = sys.maxsize  # and its epoch end must not mark the interrupted epoch done
             checkpoint = backup.backup_dir
+            note = resume.note_path()
+            if note:
+                os.makedirs(os.path.dirname(note), mode=0o700, exist_ok=True)
+                resume.Resume(state.fits - 1, epoch, steps_done, own_weights=job_backup is None).save(note)
     except Exception as exc:  # a full disk: stop anyway
+        checkpoint = None
         channel().emit(Kind.BUDGET_CHECKPOINT_FAILED, error=f"{type(exc).__name__}: {exc}")
-    channel().emit(Kind.BUDGET_STOP, checkpoint=checkpoint, epoch=epoch)
+    channel().emit(Kind.BUDGET_STOP, checkpoint=checkpoint, epoch=epoch, step=steps_done)
     model.stop_training = True
 
 
@@ -124,29 +121,53 @@ def apply_gpu_memory_limit(tf) -> None:
 
 
 class _StopWatch(FitListener):
-    """Stops training at a batch boundary once the monitor asks; ends the job after fit."""
+    """Stops training at a batch boundary once the monitor asks; ends the job after fit,
+    or, after a resumed fit completed, removes the tool's checkpoint files."""
 
-    def __init__(self, callbacks, keras_callbacks):
-        self.callbacks, self.keras_callbacks = callbacks, keras_callbacks
+    def __init__(self, callbacks, keras_callbacks, resumed: bool):
+        self.callbacks, self.keras_callbacks, self.resumed = callbacks, keras_callbacks, resumed
 
-    def on_train_batch_begin(self, model, epoch: int) -> None:
+    def on_train_batch_begin(self, model, epoch: int, batch: int) -> None:
         if stop_requested():
-            stop_training(model, self.callbacks, self.keras_callbacks, epoch)
+            stop_training(model, self.callbacks, self.keras_callbacks, epoch, batch)
 
     def after_fit(self, model) -> None:
         exit_if_stopped()
+        if self.resumed:
+            resume.remove_own_files()
+            state.resumed = None
+
+
+def _report_resume(stop: resume.Resume, steps_per_epoch: int | None) -> None:
+    resume.print_resumed(stop, steps_per_epoch)
+    channel().emit(Kind.BUDGET_RESUME, checkpoint=resume.folder(), epoch=stop.epoch, step=stop.steps_done,
+                   steps=steps_per_epoch, text=resume.describe(stop, steps_per_epoch))
+
+
+def _add_resume(call: FitCall, fit_index: int) -> bool:
+    """Put a resume callback first in this fit's list when a budget stop left a checkpoint of it."""
+    stop = resume.pending()
+    base = getattr(call.keras_callbacks, "BackupAndRestore", None)
+    if stop is None or stop.fit != fit_index or call.callbacks is None or base is None:
+        return False
+    if not getattr(call.model, "built", False):  # Keras' BackupAndRestore requires a built model
+        return False
+    job_backup = _job_backup(call.callbacks)
+    if not stop.own_weights and job_backup is None:  # the weights were in a folder this fit no longer names
+        return False
+    callback_class = resume.resume_class(call.keras_callbacks)
+    call.callbacks.insert(0, callback_class(stop, resume.folder(), stop.own_weights, _report_resume))
+    state.resumed = stop
+    return True
 
 
 @on_fit
 def _budget_listener(call: FitCall) -> FitListener | None:
-    callbacks = call.callbacks
-    if callbacks is not None and not any(type(cb).__name__ == "BackupAndRestore" for cb in callbacks):
-        backup = restore_callback(call.keras_callbacks, call.model)
-        if backup is not None:
-            callbacks.insert(0, backup)  # restore before the job's own callbacks look
+    state.fits += 1
+    resumed = _add_resume(call, state.fits - 1)
     if not os.environ.get(STOP_FILE_ENV):
         return None
-    return _StopWatch(callbacks, call.keras_callbacks)
+    return _StopWatch(call.callbacks, call.keras_callbacks, resumed)
 
 
 on_tensorflow(apply_gpu_memory_limit)

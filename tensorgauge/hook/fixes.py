@@ -167,7 +167,7 @@ class _WindowWatch(FitListener):
     def __init__(self, timed: Window, fit_input):
         self.timed, self.fit_input = timed, fit_input
 
-    def on_train_batch_begin(self, model, epoch: int) -> None:
+    def on_train_batch_begin(self, model, epoch: int, batch: int) -> None:
         self.timed.on_step_begin(model)
 
     def on_train_end(self, model) -> None:

@@ -98,7 +98,7 @@ class _InputDiagnosis(FitListener):
         self.decided = False
         self.under_strategy = False  # no probe on one worker: the others would wait in its collectives
 
-    def on_train_batch_begin(self, model, epoch: int) -> None:
+    def on_train_batch_begin(self, model, epoch: int, batch: int) -> None:
         now = time.monotonic()
         if self.ab is not None and self.ab.active:
             try:

@@ -33,7 +33,8 @@ class FitCall:
 class FitListener:
     """Sees one fit; every method is optional."""
 
-    def on_train_batch_begin(self, model: Any, epoch: int) -> None: ...
+    def on_train_batch_begin(self, model: Any, epoch: int, batch: int) -> None:
+        """``batch``: the step's index in its epoch, as Keras counts it."""
 
     def on_train_end(self, model: Any) -> None: ...
 

@@ -103,7 +103,7 @@ class _FactsListener(FitListener):
         self.sent = True
         channel().emit(Kind.MEMORY_FACTS, when=when, **facts(model, self.call.fit_input, self.backend))
 
-    def on_train_batch_begin(self, model, epoch: int) -> None:
+    def on_train_batch_begin(self, model, epoch: int, batch: int) -> None:
         if not self.sent and self.batches == FACTS_AT_BATCH:
             self._send(model, "steps")
         self.batches += 1

@@ -122,7 +122,7 @@ def make_callback_class(base):
 
         def on_train_batch_begin(self, batch, logs=None):
             agent().step_begin()
-            self._tell("on_train_batch_begin", self._epoch)
+            self._tell("on_train_batch_begin", self._epoch, batch)
 
         def on_test_batch_begin(self, batch, logs=None):
             agent().step_begin()

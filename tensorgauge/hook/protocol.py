@@ -293,11 +293,16 @@ class JobError(Common, total=False):
 
 class BudgetStop(Common, total=False):
     checkpoint: str | None
-    epoch: int
+    epoch: int  # 0-based
+    step: int  # the steps of that epoch the checkpoint's weights hold
 
 
 class BudgetResume(Common, total=False):
     checkpoint: str
+    epoch: int  # 0-based
+    step: int  # the steps of that epoch already trained before the stop
+    steps: int | None  # steps per epoch, when known: the resumed epoch trains steps - step
+    text: str  # "epoch 3, from step 42 of 100"
 
 
 class BudgetCheckpointFailed(Common, total=False):

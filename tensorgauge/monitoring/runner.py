@@ -231,6 +231,10 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
                                      stops[-1].data.get("checkpoint") if stops and not failed else None,
                                      {"gpus": gpu[-1].get("gpus"), "error": gpu[-1].get("error")} if gpu else None,
                                      hook_stopped=bool(stops), processes=getattr(tree, "processes", list)())
+        resumed = [e.data for e in seen if e.kind == Kind.BUDGET_RESUME]
+        if resumed:  # where this run took up a budget stop's training again
+            record.budget["resumed"] = {key: resumed[0].get(key) for key in ("checkpoint", "epoch", "step", "steps",
+                                                                             "text")}
         if record.wall_seconds:  # what the job really used, to hold against a CPU budget
             record.budget["cores_busy_mean"] = round(record.cpu_seconds_total / record.wall_seconds, 3)
     writer = recording.writer

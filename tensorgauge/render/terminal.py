@@ -132,6 +132,8 @@ def render_budget(console: Console, budget: dict) -> None:
                       f"({(peak - limit) / limit:.0%})[/red] despite {safe(enforced)}")
     else:
         console.print(f"  budget   {', '.join(parts)}; enforced by {safe(enforced)}")
+    if budget.get("resumed"):
+        console.print(f"  resumed  a budget stop's training: {safe(str(budget['resumed'].get('text')))}")
     if budget.get("stopped"):
         console.print(f"  [yellow]stopped: {safe(str(budget.get('reason')))}[/yellow]")
         largest = [f"{safe(str(p.get('name') or '?'))} (pid {p.get('pid')}) {format_bytes(p.get('rss_peak_bytes'))}"

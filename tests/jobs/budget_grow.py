@@ -1,5 +1,6 @@
 """Trains 5 epochs of 100 batches; grows 8 MiB a batch (a leak) unless RESUME=1.
-Writes the epochs it ran and the affinity/thread settings it saw to argv[1]."""
+Writes the epochs it ran, each step it began as [epoch, batch], and the affinity/thread
+settings it saw to argv[1]."""
 
 import json
 import os
@@ -9,12 +10,15 @@ import keras
 import numpy as np
 
 resume = os.environ.get("RESUME") == "1"
-hog, epochs = [], []
+hog, epochs, steps = [], [], []
 
 
 class Grow(keras.callbacks.Callback):
     def on_epoch_begin(self, epoch, logs=None):
         epochs.append(epoch)
+
+    def on_train_batch_begin(self, batch, logs=None):
+        steps.append([epochs[-1], batch])
 
     def on_train_batch_end(self, batch, logs=None):
         if not resume:
@@ -23,7 +27,7 @@ class Grow(keras.callbacks.Callback):
 
 def report():
     with open(sys.argv[1], "w") as f:
-        json.dump({"epochs": epochs, "affinity": len(os.sched_getaffinity(0)),
+        json.dump({"epochs": epochs, "steps": steps, "affinity": len(os.sched_getaffinity(0)),
                    "intra": os.environ.get("TF_NUM_INTRAOP_THREADS")}, f)
 
 
