@@ -5,7 +5,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tensorgauge.analyse.diagnose import cores_idle, eager_execution, retracing, small_batch, thread_limited
+from tensorgauge.analyse.diagnose import (
+    cores_idle,
+    eager_execution,
+    idle_cause_unknown,
+    retracing,
+    small_batch,
+    thread_limited,
+)
 from tensorgauge.analyse.findings import find
 from tensorgauge.analyse.pauses import diagnosis_pauses, stalls, startup_dominated
 from tensorgauge.analyse.summary import summarise
@@ -141,6 +148,19 @@ def test_small_batch_startup_and_idle():
     # Cores another process kept busy were not idle (a healthy fit on a loaded CI machine: 0.94 of 2).
     assert cores_idle(fit(cores=0.94), allowed=2.0, explained=False, others=0.8) is None
     assert cores_idle(fit(cores=0.94), allowed=2.0, explained=False, others=0.02).evidence["other_cores_mean"] == 0.02
+
+
+def test_idle_cores_with_the_input_unmeasured_claim_no_cause():
+    """The input split could not be measured: the input may be why the cores sat idle, so no cores_idle
+    (whose advice would be a guess); idle_cause_unknown says so and how to measure it."""
+    why = "the A/B failed: InvalidArgumentError: found OOV values"
+    assert cores_idle(fit(cores=0.71), allowed=2.0, explained=False, input_unmeasured=why) is None
+    unknown = idle_cause_unknown(fit(cores=0.71), 2.0, False, None, why)
+    assert unknown.severity == "low" and "cause is unknown" in unknown.title and "0.71 of 2" in unknown.title
+    assert "--diagnose" in unknown.fix and why in unknown.fix and unknown.evidence["input_not_measured"] == why
+    assert idle_cause_unknown(fit(cores=0.71), 2.0, False, None, None) is None  # measured: cores_idle's to say
+    assert idle_cause_unknown(fit(cores=0.71), 2.0, True, None, why) is None  # another finding explains them
+    assert idle_cause_unknown(fit(cores=1.5), 2.0, False, None, why) is None  # not idle
 
 
 def test_diagnose_orders_by_severity_and_reads_the_run():

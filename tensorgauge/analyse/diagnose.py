@@ -306,18 +306,46 @@ def small_batch(config: FitConfig | None, fit: Phase | None, probe: SpeProbe | N
         evidence=evidence, fix=fix, expected_gain=gain)
 
 
-def cores_idle(fit: Phase | None, allowed: float, explained: bool, others: float | None = None) -> Finding | None:
+def _idle(fit: Phase | None, allowed: float, others: float | None) -> bool:
     """The fit kept under :data:`IDLE` of its cores busy, and so did the machine: ``others`` (cores busy
     with other processes' work during the fit, on average) were not idle (a healthy fit on a loaded
     CI machine got 0.94 of 2)."""
-    if fit is None or explained or fit.wall_seconds < 1.0 or fit.cores_busy_mean + (others or 0.0) >= IDLE * allowed:
+    return fit is not None and fit.wall_seconds >= 1.0 and fit.cores_busy_mean + (others or 0.0) < IDLE * allowed
+
+
+def _idle_evidence(fit: Phase, allowed: float, others: float | None) -> dict:
+    return {"fit_cores_busy_mean": round(fit.cores_busy_mean, 2), "cores_allowed": allowed,
+            "other_cores_mean": others, "step_seconds_p50": fit.step_seconds_p50}
+
+
+def cores_idle(fit: Phase | None, allowed: float, explained: bool, others: float | None = None,
+               input_unmeasured: str | None = None) -> Finding | None:
+    """Idle cores (see :func:`_idle`) that no other finding explains, in a run whose input split was
+    measured: where it was not (``input_unmeasured``: why), the input may be the cause, and
+    :func:`idle_cause_unknown` says so instead."""
+    if fit is None or explained or input_unmeasured is not None or not _idle(fit, allowed, others):
         return None
     return Finding(
         id="cores_idle", severity="moderate",
         title=f"Cores sit idle during training: {fit.cores_busy_mean:.2f} of {allowed:g} busy on average",
-        evidence={"fit_cores_busy_mean": round(fit.cores_busy_mean, 2), "cores_allowed": allowed,
-                  "other_cores_mean": others, "step_seconds_p50": fit.step_seconds_p50},
-        fix="Run with --diagnose to measure the input pipeline; a larger batch gives each op more parallel work.",
+        evidence=_idle_evidence(fit, allowed, others),
+        fix="A larger batch gives each op more parallel work; tensorgauge run --diagnose profiles the steps.",
+        expected_gain=None)
+
+
+def idle_cause_unknown(fit: Phase | None, allowed: float, explained: bool, others: float | None,
+                       input_unmeasured: str | None) -> Finding | None:
+    """Idle cores with no finding to explain them, in a run whose input split could not be measured:
+    no cause is claimed, and the finding says how to measure it."""
+    if fit is None or explained or input_unmeasured is None or not _idle(fit, allowed, others):
+        return None
+    return Finding(
+        id="idle_cause_unknown", severity="low",
+        title=(f"Cores sat idle during training ({fit.cores_busy_mean:.2f} of {allowed:g} busy on average) and the "
+               "cause is unknown: the input split was not measured"),
+        evidence={**_idle_evidence(fit, allowed, others), "input_not_measured": input_unmeasured},
+        fix=("Measure it: tensorgauge run --diagnose runs the input A/B whatever it costs (why it did not run here: "
+             f"{input_unmeasured})."),
         expected_gain=None)
 
 
@@ -401,11 +429,22 @@ def _xla_on_cpu(f: RunFacts) -> Finding | None:
     return xla_on_cpu(f.fit_config, probe, f.fit, len(f.summary.gpu))
 
 
+def _idle_facts(f: RunFacts) -> tuple[bool, float | None, str | None]:
+    """(explained by another finding, other processes' cores, why the input split was not measured)."""
+    others = other_cores(f.samples.between(f.fit.start, f.fit.end)) if f.fit is not None else None
+    split = f.input_split
+    unmeasured = str(split.get("why")) if split is not None and not split.get("measured") else None
+    return any(x.id in PERFORMANCE_EXPLAINERS for x in f.found), others, unmeasured
+
+
 @rule("cores_idle", category="performance", after=PERFORMANCE_EXPLAINERS)
 def _cores_idle(f: RunFacts) -> Finding | None:
-    others = other_cores(f.samples.between(f.fit.start, f.fit.end)) if f.fit is not None else None
-    return cores_idle(f.fit, f.cores_allowed, explained=any(x.id in PERFORMANCE_EXPLAINERS for x in f.found),
-                      others=others)
+    return cores_idle(f.fit, f.cores_allowed, *_idle_facts(f))
+
+
+@rule("idle_cause_unknown", category="performance", after=PERFORMANCE_EXPLAINERS)
+def _idle_cause_unknown(f: RunFacts) -> Finding | None:
+    return idle_cause_unknown(f.fit, f.cores_allowed, *_idle_facts(f))
 
 
 def predict_in_loop(phases: list[Phase], probe: PredictProbe | None, wall: float) -> Finding | None:

@@ -12,7 +12,7 @@ import math
 import statistics
 
 from tensorgauge.analyse.phases import main_fit
-from tensorgauge.hook.protocol import INPUT_MODERATE, TRAIN_LOOP, WINDOW_START, Kind, LoopInput, as_payload
+from tensorgauge.hook.protocol import INPUT_MODERATE, TRAIN_LOOP, WINDOW_START, Kind, LoopInput, as_payload, one_line
 from tensorgauge.model import Event, Phase
 
 
@@ -54,7 +54,7 @@ def input_split(events: list[Event], phases: list[Phase]) -> dict | None:
                if (fit.steps or 0) <= WINDOW_START else "diagnosis was off (--no-diagnose)")
         return {"measured": False, "why": why}
     if ab.get("skipped") or ab.get("error"):
-        why = ab.get("skipped") or f"the A/B failed: {ab['error']}"
+        why = ab.get("skipped") or f"the A/B failed: {one_line(str(ab['error']))}"
         return {"measured": False, "why": why, "allowance_seconds": ab.get("allowance_seconds")}
     verdict = ab_verdict(ab)
     split: dict = {"measured": True, "measured_by": f"A/B: {verdict['rounds']} rounds of real and compute-only steps "

@@ -21,7 +21,7 @@ import sys
 from tensorgauge.hook import resume
 from tensorgauge.hook.channel import channel
 from tensorgauge.hook.listeners import FitCall, FitListener, on_fit, on_tensorflow
-from tensorgauge.hook.protocol import BUDGET_EXIT_CODE, GPU_MEMORY_ENV, STOP_FILE_ENV, Kind
+from tensorgauge.hook.protocol import BUDGET_EXIT_CODE, GPU_MEMORY_ENV, STOP_FILE_ENV, Kind, error_text
 
 
 class _State:
@@ -89,7 +89,7 @@ def stop_training(model, callbacks, keras_callbacks, epoch: int, batch: int) -> 
                 resume.Resume(state.fits - 1, epoch, steps_done, own_weights=job_backup is None).save(note)
     except Exception as exc:  # a full disk: stop anyway
         checkpoint = None
-        channel().emit(Kind.BUDGET_CHECKPOINT_FAILED, error=f"{type(exc).__name__}: {exc}")
+        channel().emit(Kind.BUDGET_CHECKPOINT_FAILED, error=error_text(exc))
     channel().emit(Kind.BUDGET_STOP, checkpoint=checkpoint, epoch=epoch, step=steps_done)
     model.stop_training = True
 

@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 import weakref
+from typing import Any
 
 from tensorgauge.hook.channel import channel, process_rss_bytes
 from tensorgauge.hook.listeners import FitCall, FitListener, on_fit, on_tensorflow
@@ -133,6 +134,16 @@ def _ops_or_none(dataset) -> set[str] | None:
 def _pipeline_asked() -> bool:
     """Looking into the training pipeline was asked for: diagnosis on, or a --try-fixes window."""
     return bool(mode() or os.environ.get(WINDOW_ENV, "0") not in ("", "0"))
+
+
+def steps_per_call(model) -> int | None:
+    """Steps one call of fit's train function runs (``steps_per_execution``: tf_keras keeps it in a
+    variable, read here eagerly); None when it cannot be read."""
+    value: Any = getattr(model, "steps_per_execution", 1)
+    try:
+        return _plain_int(value) or int(value.numpy())
+    except Exception:
+        return None
 
 
 def _plain_int(value) -> int | None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 
 from tensorgauge.hook.channel import channel
-from tensorgauge.hook.protocol import Kind
+from tensorgauge.hook.protocol import Kind, error_text
 from tensorgauge.hook.timing import time_calls
 
 PROBE_AT, STEPS, WARMUP = 20, 8, 2
@@ -72,5 +72,5 @@ def probe(model, optimizer, args: tuple, kwargs: dict, steps: int = STEPS) -> fl
         channel().emit(Kind.EAGER_PROBE, eager_step_seconds=eager, graph_step_seconds=graph, trace_seconds=first,
                        total_seconds=time.monotonic() - began)
     except Exception as exc:
-        channel().emit(Kind.EAGER_PROBE, error=f"{type(exc).__name__}: {exc}")
+        channel().emit(Kind.EAGER_PROBE, error=error_text(exc))
     return time.monotonic() - began

@@ -35,8 +35,9 @@ import statistics
 import time
 
 from tensorgauge.hook.channel import channel
-from tensorgauge.hook.probes import cached_input, restored, time_steps
-from tensorgauge.hook.protocol import INPUT_HIGH, INPUT_MODERATE, Kind
+from tensorgauge.hook.diagnose import steps_per_call
+from tensorgauge.hook.probes import cached_input, repeated, restored, shapes_of, time_steps
+from tensorgauge.hook.protocol import INPUT_HIGH, INPUT_MODERATE, Kind, error_text
 from tensorgauge.hook.timing import wait_for
 
 ROUNDS, MIN_ROUNDS = 5, 3
@@ -78,7 +79,8 @@ class InputAB:
         self.real: list[list[float]] = [[]]
         self.compute: list[list[float]] = []
         self.excursions: list[list[float]] = []  # [start, end] of each, on the clock
-        self.setup_seconds = 0.0  # the first excursion's making of the cached batch (once)
+        self.setup_seconds = 0.0  # the making of the cached batch (once)
+        self._setup_in_excursion = 0.0  # ... when the first excursion made it (no batch captured from the fit)
         self.settle = SETTLE_STEPS
         self.timing = False
         self.cost = 0.0
@@ -123,6 +125,8 @@ class InputAB:
         def timed(iterator):
             if self.spec is None:
                 self.spec = getattr(iterator, "element_spec", None)
+            if self.iterator is None and not self.timing and steps_per_call(self.model) == 1:
+                return self._capture(original, iterator)
             if not self.timing:
                 self.last_end = None
                 return original(iterator)
@@ -136,6 +140,23 @@ class InputAB:
             return logs
 
         self.model.train_function = timed
+
+    def _capture(self, original, iterator):
+        """An untimed step that keeps its batch for the compute-only steps: the fit's own next batch, taken
+        from its iterator and trained on as fit would (once, in its turn), so any input the model takes
+        (strings, ragged, sparse, dicts) is valid and no element is fetched twice."""
+        batch = next(iterator)  # the end of the data ends the epoch as it would inside the train function
+        began = self.clock()
+        try:
+            cached = iter(repeated(batch, self.spec))
+        except Exception:  # the batch is the job's: it is trained on all the same
+            import tensorflow as tf
+
+            return original(iter(tf.data.Dataset.from_tensors(batch)))
+        self.iterator, self.source, self.shapes = cached, "a batch the fit produced", shapes_of(batch)
+        self.setup_seconds = self.clock() - began
+        self.cost += self.setup_seconds
+        return original(cached)
 
     def _settle_steps(self) -> int:
         """Real steps to leave untimed after an excursion: what the pipeline prefetched during it drains
@@ -183,7 +204,7 @@ class InputAB:
         if not self.excursions:
             return 0.0
         last = self.excursions[-1][1] - self.excursions[-1][0]
-        return last - self.setup_seconds if len(self.excursions) == 1 else last
+        return last - self._setup_in_excursion if len(self.excursions) == 1 else last
 
     def _excursion(self) -> None:
         began = steps_began = self.clock()
@@ -192,7 +213,7 @@ class InputAB:
                 x, y, batch_size = self.fit_input
                 self.iterator, self.source, self.shapes = cached_input(x, y, batch_size, spec=self.spec)
                 steps_began = self.clock()
-                self.setup_seconds = steps_began - began
+                self.setup_seconds = self._setup_in_excursion = steps_began - began
             # Each excursion's steps get a third of the allowance, the making of the cached batch aside: a
             # first round cut to one step by it read a serial map's 35% cost as -20% (no verdict).
             share = None if self.allowance_seconds is None else self.allowance_seconds / MIN_ROUNDS
@@ -255,5 +276,5 @@ class InputAB:
         self.active = False
         if self.original is not None:
             self.model.train_function = self.original
-        channel().emit(Kind.INPUT_AB, error=f"{type(exc).__name__}: {exc}")
+        channel().emit(Kind.INPUT_AB, error=error_text(exc))
 

@@ -18,7 +18,7 @@ import time
 from tensorgauge.hook.channel import channel
 from tensorgauge.hook.dataset_facts import element_bytes
 from tensorgauge.hook.diagnose import PYTHON_OPS, _batch_stage_size, _pipeline_ops
-from tensorgauge.hook.protocol import SMALL_BATCH, SMALL_STEP_SECONDS, SPE_TRIAL, Kind
+from tensorgauge.hook.protocol import SMALL_BATCH, SMALL_STEP_SECONDS, SPE_TRIAL, Kind, error_text
 from tensorgauge.hook.timing import MIN_STEPS, time_calls
 
 PROBE_STEPS, PROBE_MIN_STEPS, PROBE_WARMUP = 32, MIN_STEPS, 1
@@ -115,12 +115,19 @@ def restored(model):
     variables = {id(v): v for v in [*model.variables, *getattr(model.optimizer, "variables", []),
                                     *getattr(model, "metrics_variables", [])]}.values()
     tf = sys.modules.get("tensorflow")
-    saved = [(v, tf.identity(getattr(v, "value", v)) if tf is not None else v.numpy()) for v in variables]
+    saved = [(v, tf.identity(_current(v)) if tf is not None else v.numpy()) for v in variables]
     try:
         yield
     finally:
         for variable, value in saved:
             variable.assign(value)
+
+
+def _current(variable):
+    """A variable's value as a tensor: Keras 3's ``.value`` is a property, tf_keras' (a ``tf.Variable``,
+    or an ``AutoCastVariable`` under mixed precision) a method."""
+    value = getattr(variable, "value", variable)
+    return value() if callable(value) else value
 
 
 def time_steps(function, iterator, steps: int, seconds: float | None = None, began: float = 0.0,
@@ -148,7 +155,7 @@ def compute_probe(model, fit_input, steps: int = PROBE_STEPS, seconds: float | N
         channel().emit(Kind.COMPUTE_PROBE, step_seconds=times[PROBE_WARMUP:], total_seconds=time.monotonic() - began,
                        shapes=shapes, source=source)
     except Exception as exc:
-        channel().emit(Kind.COMPUTE_PROBE, error=f"{type(exc).__name__}: {exc}")
+        channel().emit(Kind.COMPUTE_PROBE, error=error_text(exc))
 
 
 def xla_on_cpu(model) -> bool:
@@ -190,7 +197,7 @@ def xla_probe(model, fit_input, steps: int = PROBE_STEPS // 2) -> None:
         channel().emit(Kind.XLA_PROBE, xla_step_seconds=xla[PROBE_WARMUP:], plain_step_seconds=plain[1:],
                        plain_trace_seconds=plain[0], total_seconds=time.monotonic() - began)
     except Exception as exc:
-        channel().emit(Kind.XLA_PROBE, error=f"{type(exc).__name__}: {exc}")
+        channel().emit(Kind.XLA_PROBE, error=error_text(exc))
 
 
 def small_steps(model, step_seconds: float, batch_size: int | None) -> bool:
@@ -212,4 +219,4 @@ def spe_probe(model, fit_input, per_execution: int = SPE_TRIAL, calls: int = PRO
         channel().emit(Kind.SPE_PROBE, steps_per_execution=per_execution, single_step_seconds=single[PROBE_WARMUP:],
                        multi_call_seconds=multi[1:], trace_seconds=multi[0], total_seconds=time.monotonic() - began)
     except Exception as exc:
-        channel().emit(Kind.SPE_PROBE, error=f"{type(exc).__name__}: {exc}")
+        channel().emit(Kind.SPE_PROBE, error=error_text(exc))

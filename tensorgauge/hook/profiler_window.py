@@ -21,7 +21,7 @@ import tempfile
 import time
 
 from tensorgauge.hook.channel import channel
-from tensorgauge.hook.protocol import Kind
+from tensorgauge.hook.protocol import Kind, error_text
 
 WINDOW_STEPS = 10
 _GET_NEXT = "IteratorGetNextOp::DoCompute"
@@ -89,7 +89,7 @@ class ProfilerWindow:
             self.start_seconds = time.monotonic() - began
             self.active = True
         except Exception as exc:
-            channel().emit(Kind.INPUT_PROBE, error=f"{type(exc).__name__}: {exc}")
+            channel().emit(Kind.INPUT_PROBE, error=error_text(exc))
         return self.active
 
     def on_step_begin(self, now: float) -> bool:
@@ -121,7 +121,7 @@ class ProfilerWindow:
                            start_seconds=self.start_seconds, stop_seconds=self.stop_seconds,
                            allowance_seconds=self.allowance_seconds)
         except Exception as exc:
-            channel().emit(Kind.INPUT_PROBE, error=f"{type(exc).__name__}: {exc}")
+            channel().emit(Kind.INPUT_PROBE, error=error_text(exc))
         finally:
             if self.logdir is not None:
                 shutil.rmtree(self.logdir, ignore_errors=True)

@@ -13,6 +13,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, TypedDict, TypeVar, cast
 
+
+def one_line(text: str, limit: int = 300) -> str:
+    """An error message as one line of at most ``limit`` characters: its first line, or where that only
+    heads a trace (TensorFlow's "Graph execution error:"), the cause at the trace's end."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    line = lines[0] if lines else ""
+    if len(lines) > 1 and line.endswith(":"):
+        line = next((x for x in reversed(lines) if not x.startswith("[[")), line)
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def error_text(exc: BaseException) -> str:
+    """An exception as an event's ``error`` field: its class and :func:`one_line` of its message."""
+    line = one_line(str(exc), 300 - len(type(exc).__name__) - 2)
+    return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
+
+
 # -- environment variables: set by the monitor, read in the job ------------------
 
 EVENTS_ENV = "TENSORGAUGE_EVENTS"  # the channel file

@@ -20,6 +20,7 @@ import os
 import sys
 from dataclasses import dataclass
 
+from tensorgauge.hook.diagnose import steps_per_call
 from tensorgauge.hook.protocol import CHECKPOINT_ENV
 
 SUBFOLDER = "tensorgauge-resume"
@@ -125,7 +126,7 @@ def resume_class(keras_callbacks):
                 self._left = steps - done
 
         def on_train_batch_begin(self, batch, logs=None):
-            if self._left is not None and batch + steps_per_call(self.model) >= self._left:
+            if self._left is not None and batch + (steps_per_call(self.model) or 1) >= self._left:
                 self._left = None
                 self._cut = self.model.stop_training is not True
                 self.model.stop_training = True  # this call trains the epoch's last steps
@@ -142,16 +143,6 @@ def resume_class(keras_callbacks):
             pass
 
     return TensorgaugeResume
-
-
-def steps_per_call(model) -> int:
-    """Steps one train-function call runs (Keras' ``steps_per_execution``)."""
-    value = getattr(model, "steps_per_execution", 1)
-    value = getattr(value, "numpy", lambda: value)()  # tf_keras keeps it in a variable
-    try:
-        return max(1, int(value))
-    except (TypeError, ValueError):
-        return 1
 
 
 def print_resumed(resume: Resume, steps_per_epoch: int | None) -> None:
