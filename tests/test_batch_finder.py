@@ -15,8 +15,9 @@ MiB = 1 << 20
 class FakeTrials:
     """Peak = fixed + per_example x batch (+ an extra the line cannot see above ``kink``)."""
 
-    def __init__(self, fixed, per_example, cap=1 << 16, kink=None, dataset=False):
+    def __init__(self, fixed, per_example, cap=1 << 16, kink=None, dataset=False, speed=lambda batch: 10.0 * batch):
         self.fixed, self.per_example, self._cap, self.kink, self.dataset = fixed, per_example, cap, kink, dataset
+        self.speed = speed  # examples/s at a batch size (by default still growing at the largest)
         self.tried: list[int] = []
 
     def cap(self):
@@ -27,8 +28,8 @@ class FakeTrials:
         peak = self.fixed + self.per_example * batch
         if self.kink and batch > self.kink:
             peak += 4 * self.per_example * (batch - self.kink)
-        return {"batch_size": batch, "peak_bytes": int(peak), "steps": 6, "step_seconds": 0.01 * batch,
-                "examples_per_second": 100.0, "seconds": 1.0, "error": None}
+        return {"batch_size": batch, "peak_bytes": int(peak), "steps": 6, "step_seconds": batch / self.speed(batch),
+                "examples_per_second": self.speed(batch), "seconds": 1.0, "error": None}
 
 
 def test_finds_the_largest_batch_within_the_target_without_passing_it():
@@ -105,3 +106,17 @@ def test_the_report_carries_the_search_and_its_trials():
     unfinished = batch_size_search(events[:1])
     assert unfinished["recommended_batch_size"] is None and "did not finish" in unfinished["reason"]
     assert batch_size_search([]) is None
+
+
+def test_no_batch_larger_than_where_throughput_stops_growing():
+    """A keras-io convnet: memory allowed 4096, but examples/s peaked at 256 and fell beyond it."""
+    speeds = {128: 9_800.0, 256: 11_403.0, 512: 11_100.0, 1024: 10_400.0, 2048: 9_900.0, 4096: 9_143.0}
+    trials = FakeTrials(fixed=100 * MiB, per_example=MiB // 8, speed=lambda b: speeds.get(b, 9_000.0))
+    result = search(trials, 128, 2000 * MiB)
+    assert result["largest_within_budget"] >= 4096 and result["throughput_peak_batch_size"] == 256
+    assert result["recommended_batch_size"] == 256
+    assert "stops growing at batch 256 (11,403" in result["recommendation_reason"]
+    # Throughput still growing at the largest batch memory allows: memory decides, with no reason to give.
+    growing = search(FakeTrials(fixed=700 * MiB, per_example=8 * MiB, speed=lambda b: 50.0 * b), 32, 2000 * MiB)
+    assert growing["recommended_batch_size"] == growing["largest_within_budget"] == 112
+    assert growing["recommendation_reason"] is None

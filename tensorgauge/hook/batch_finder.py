@@ -36,6 +36,7 @@ TARGET_SHARE = 0.8
 MAX_TRIALS = 8
 VERIFY_TRIES = 3
 POWER_OF_TWO_SHARE = 0.85  # the power of two just above the recommendation is taken within this share
+THROUGHPUT_SHARE = 0.95  # a batch within this share of the best examples/s among the trials is as fast
 JUMP_SHARE = 0.5  # the search grows 4x (not 2x) while the line puts that under this share of the target
 MAX_BATCH = 1 << 16
 CAVEAT = ("A larger batch takes fewer, larger steps: scale the learning rate with it (linearly, with a warm-up) "
@@ -163,14 +164,38 @@ def search(trials: Trials, start: int, budget: int) -> dict:
     verified = [t for t in done if t["batch_size"] == recommended]
     if recommended is not None and (not verified or verified[-1]["error"] or verified[-1]["peak_bytes"] > target):
         recommended = max(under) if under else None
-    recommended = _power_of_two_above(trials, done, recommended, budget)
+    within_budget = _power_of_two_above(trials, done, recommended, budget)
+    recommended, knee, why = _no_larger_than_throughput_needs(done, target, within_budget)
     return {"budget_bytes": budget, "target_bytes": int(target), "original_batch_size": start,
-            "recommended_batch_size": recommended, "fixed_bytes": int(fitted[0]) if fitted else None,
+            "recommended_batch_size": recommended, "largest_within_budget": within_budget,
+            "throughput_peak_batch_size": knee, "recommendation_reason": why, "fixed_bytes": int(fitted[0]) if fitted else None,
             "per_example_bytes": int(fitted[1]) if fitted else None, "trials": len(done),
             "seconds": sum(t["seconds"] for t in done),
             "how": ("the pipeline re-batched: dataset.unbatch().batch(n)" if trials.dataset
                     else "fit's batch_size on its arrays"),
             "caveat": CAVEAT}
+
+
+def _no_larger_than_throughput_needs(done: list[dict], target: float, within_budget: int | None
+                                     ) -> tuple[int | None, int | None, str | None]:
+    """(the batch to recommend, where examples/s stops growing, why the recommendation is smaller than the
+    budget allows). Throughput stops growing at the smallest trial within :data:`THROUGHPUT_SHARE` of the
+    fastest (a keras-io convnet peaked at 256, 11,403 examples/s, and fell to 9,143 at 4,096). A batch
+    memory allows at twice that or more is not recommended: it would only cost memory, and change the
+    training (learning rate, generalisation)."""
+    timed = [t for t in done if not t["error"] and t["peak_bytes"] <= target and t.get("examples_per_second")]
+    if len({t["batch_size"] for t in timed}) < 2:
+        return within_budget, None, None
+    best = max(timed, key=lambda t: t["examples_per_second"])
+    knee = min((t for t in timed if t["examples_per_second"] >= THROUGHPUT_SHARE * best["examples_per_second"]),
+               key=lambda t: t["batch_size"])
+    if within_budget is None or within_budget < 2 * knee["batch_size"]:  # not a doubling past it: memory decides
+        return within_budget, knee["batch_size"], None
+    largest = max(timed, key=lambda t: t["batch_size"])
+    why = (f"examples/s stops growing at batch {knee['batch_size']} ({knee['examples_per_second']:,.0f}; "
+           f"{largest['examples_per_second']:,.0f} at {largest['batch_size']}, the largest tried): the budget "
+           f"allows {within_budget}, but a larger batch would only cost memory")
+    return knee["batch_size"], knee["batch_size"], why
 
 
 def _power_of_two_above(trials: Trials, done: list[dict], recommended: int | None, budget: int) -> int | None:

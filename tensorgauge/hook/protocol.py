@@ -293,6 +293,9 @@ class BatchSearch(Common, total=False):
     target_bytes: int  # the share of the budget no trial may pass
     original_batch_size: int
     recommended_batch_size: int | None
+    largest_within_budget: int | None  # what memory alone allows
+    throughput_peak_batch_size: int | None  # the smallest trial batch as fast as the fastest (within 5%)
+    recommendation_reason: str | None  # why the recommendation is below what memory allows
     fixed_bytes: int | None  # the line fitted to peak against batch size: fixed + per example x batch
     per_example_bytes: int | None
     trials: int

@@ -292,6 +292,8 @@ def render_batch_search(console: Console, search: dict) -> None:
         console.print(f"[bold]Recommended batch size: {recommended}[/bold] (the job's: "
                       f"{search.get('original_batch_size')}; reached by {safe(str(search.get('how')))}; trials took "
                       f"{format_seconds(search.get('seconds') or 0)})")
+        if search.get("recommendation_reason"):
+            console.print(f"  {safe(str(search['recommendation_reason']))}")
         console.print(f"  {safe(str(search.get('caveat') or ''))}")
     else:
         console.print(f"[yellow]No recommendation: {safe(str(search.get('reason') or 'no batch size fitted'))}"
