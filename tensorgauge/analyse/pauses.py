@@ -10,7 +10,7 @@ from collections.abc import Callable
 from tensorgauge.analyse.phases import cpu_at, main_fit
 from tensorgauge.analyse.rules import RunFacts, rule
 from tensorgauge.hook.protocol import Kind
-from tensorgauge.model import Finding, Phase
+from tensorgauge.model import Finding, Phase, Severity
 from tensorgauge.steps import StepDigest
 
 STARTUP_SHARE, STARTUP_MIN_SECONDS = 0.5, 3.0
@@ -193,7 +193,7 @@ def stalls(fit: Phase | None, epochs: list[Phase], digests: list[StepDigest],
     # Graded by the pauses without the longest (one outlier, a 10 s pause among 2 s ones, does not make it
     # high); a single pause by its own share, at most moderate.
     typical = share if len(listed) == 1 else (lost - longest["seconds"]) / max(fit.wall_seconds, 1e-9)
-    severity = ("high" if typical >= STALL_HIGH_SHARE and len(listed) > 1 else
+    severity: Severity = ("high" if typical >= STALL_HIGH_SHARE and len(listed) > 1 else
                 "moderate" if typical >= STALL_MODERATE_SHARE else "low")
     gain = f"up to {lost:.1f} s ({share:.0%} of the fit)"
     if AUTOTUNE_CAUTION in fix:  # --try-fixes times steps, not the pauses between them: the job's to time
