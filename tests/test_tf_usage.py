@@ -82,7 +82,7 @@ def test_compute_probe_runs_on_the_shapes_of_real_batches(store_path, tg_cmd, tm
     truth = json.loads(truth_path.read_text())
     report = RunReport.load(Store.open(store_path), "last")
     probe = next(e.data for e in report.events if e.kind == "input_ab" and e.data.get("compute_step_seconds"))
-    assert probe["source"] == "a real batch" and probe["shapes"][0] == truth["batch_shape"]
+    assert probe["source"] == "a batch the fit produced" and probe["shapes"][0] == truth["batch_shape"]
     median = statistics.median(t for steps in probe["compute_step_seconds"] for t in steps)
     # Zeros of (32, 32, 7) gave a limit 4-6x too low; between two timings minutes apart this VM's
     # speed varies by up to half, so the test holds the factor, the README the 15% figure.
