@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint docs docs-screenshots bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,7 @@ demo: $(VENV)/.installed-demo
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check tensorgauge tests benchmarks
 	$(BIN)/mypy
+	$(MAKE) docs
 	url=$$(scripts/postgres-for-tests start || true); \
 	TENSORGAUGE_TEST_POSTGRES=$$url $(BIN)/python -m pytest -q --durations=15; status=$$?; \
 	scripts/postgres-for-tests stop; exit $$status
@@ -43,6 +44,15 @@ test: $(VENV)/.installed-test
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check tensorgauge tests benchmarks
 	$(BIN)/mypy
+
+# The documentation site (Material for MkDocs), into build/site; the finding pages and the schema page
+# are written from the package when it is built (scripts/mkdocs_hooks.py).
+docs: $(VENV)/.installed-test
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir build/site
+
+# The screenshots of the report and of `show` (docs/images), made from the demo in headless Chromium.
+docs-screenshots: $(VENV)/.installed-test
+	PATH=$(CURDIR)/$(BIN):$$PATH scripts/docs-screenshots docs/images
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/sampler_overhead.py

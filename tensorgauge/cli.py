@@ -64,6 +64,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         "check": lambda: module.check(args.store, args.run, args.against, args.max_slower, args.max_memory_growth,
                                       args.no_new_findings, args.format, args.output, args.json, args.config),
         "baseline": lambda: module.baseline(args.store, args.action, args.name, args.run),
+        "explain": lambda: module.explain(args.id),
     }
     return calls[verb]()
 
@@ -246,6 +247,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", nargs="?", metavar="NAME")
     p.add_argument("run", nargs="?", metavar="RUN")
     p.set_defaults(verb="baseline")
+
+    p = sub.add_parser("explain", help="what a finding means, how it is measured, its fix and how to check it",
+                       description="Print the page of the finding ID (as `show` names it: input_bound, stalls, "
+                                   "...): what it means, how it is measured, when it fires, an example, the fix "
+                                   "and how to check it. Without ID, list the ids.")
+    p.add_argument("id", nargs="?", metavar="ID", help="a finding id; none: list them")
+    p.set_defaults(verb="explain")
 
     p = sub.add_parser("demo", parents=[common], help="record a built-in small Keras job and show it",
                        description="Train, save, load and predict with a small Keras model on synthetic data "

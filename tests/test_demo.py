@@ -1,4 +1,4 @@
-"""The README's first command: `tensorgauge demo` records the built-in job and shows its phases."""
+"""The README's first set-up command: `tensorgauge demo` records the built-in job and shows its phases."""
 
 import pytest
 from conftest import needs_tf

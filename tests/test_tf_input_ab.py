@@ -25,7 +25,7 @@ def record(tg_cmd, store_path, *args) -> RunReport:
 def test_a_fit_waiting_on_a_serial_python_map_is_input_bound_by_the_ab(store_path, tg_cmd, tmp_path):
     ab = tmp_path / "ab.json"
     # A 10 ms sleep a batch: input 55-66% of the step. At 6 ms (35%) the A/B withheld its verdict in 1 run of
-    # 8 (two rounds whose compute-only steps ran beside the map still filling its buffer): see the README.
+    # 8 (two rounds whose compute-only steps ran beside the map still filling its buffer): see docs/measurements.md.
     report = record(tg_cmd, store_path, str(JOBS / "input_cost.py"), "--slow", "--sleep-ms", "10", "--ab", str(ab))
     truth = json.loads(ab.read_text())
     split = report.input_split

@@ -3,7 +3,7 @@
 Each check compares one figure of the run with the baseline's: the steady step (median) of each of
 the job's own fit/evaluate/predict calls, the run's CPU-seconds and its RSS peak. A check fails
 only when the figure is past its limit *and* past the noise of that figure between unchanged runs
-(:data:`NOISE`, measured on the 2-core VM: see the README) — for a step, also when the step
+(:data:`NOISE`, measured on the 2-core VM: see docs/measurements.md) — for a step, also when the step
 distributions separate (the run's lower quartile above the baseline's upper quartile, from the
 stored step digests); past the limit but short of that it is ``within noise``, and passes. So is a time measured while other work kept the machine's cores busier
 than during the baseline (:data:`BUSIER_CORES`): the run says so. The causes name what changed in the job, the most direct first:
@@ -24,7 +24,7 @@ from tensorgauge.units import format_bytes, format_seconds
 
 # Run-to-run ratios an unchanged job reaches on a noisy 2-core VM, with a margin: below these, a
 # difference is not established. Unchanged runs of benchmarks/check_job.py against one baseline: steps
-# 0.87-1.25x, the whole run's CPU time (its import included) 0.81-1.16x, RSS 0.99-1.01x (README).
+# 0.87-1.25x, the whole run's CPU time (its import included) 0.81-1.16x, RSS 0.99-1.01x (docs/measurements.md).
 NOISE = {"step": 1.20, "cpu": 1.20, "memory": 1.05}
 # A run during which other work kept this many more cores busy than during the baseline's: its times
 # are not comparable (an unchanged job ran 1.4-1.8x slower, and used 1.3-1.45x the CPU, beside a test suite).

@@ -154,7 +154,7 @@ def _plain_int(value) -> int | None:
 
 def _no_strategy(tf, model) -> bool:
     """fit runs under no distribution strategy: its pipeline may be looked into (TensorFlow's
-    multi-worker runtime is fragile: see the README)."""
+    multi-worker runtime is fragile: see docs/many-machines.md)."""
     strategy = getattr(model, "distribute_strategy", None)
     return strategy is None or not tf.distribute.has_strategy() and type(strategy).__name__.startswith("_Default")
 

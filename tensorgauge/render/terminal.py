@@ -11,7 +11,7 @@ from tensorgauge.analyse.account import account
 from tensorgauge.analyse.input_split import describe as describe_split
 from tensorgauge.analyse.memory_breakdown import describe as describe_memory
 from tensorgauge.analyse.run_report import RunReport
-from tensorgauge.model import Phase, RunRecord, Sample
+from tensorgauge.model import Finding, Phase, RunRecord, Sample
 from tensorgauge.render.phase_columns import phase_columns
 from tensorgauge.render.text import safe, sampled_figures
 from tensorgauge.units import format_bytes, format_seconds
@@ -197,17 +197,26 @@ def render_run(console: Console, report: RunReport) -> None:
     if report.findings:
         console.print()
         console.print("[bold]Findings[/bold]")
-        colours = {"high": "red", "moderate": "yellow", "low": "cyan", "info": "dim"}
         for finding in report.findings:
-            colour = colours.get(finding.severity, "white")
-            console.print(f"  [{colour}]{finding.severity}[/{colour}] {safe(finding.title)}  [dim]({finding.id})[/dim]")
-            console.print(f"    fix: {safe(finding.fix)}")
-            if finding.expected_gain:
-                console.print(f"    expected gain: {safe(finding.expected_gain)}")
+            render_finding(console, finding)
+        console.print("  [dim]tensorgauge explain ID: what a finding means, how it is measured, how to check "
+                      "the fix[/dim]")
     console.print()
     cores_allowed = (r.env.get("host") or {}).get("cores_allowed")
     for line in account(report.phases, s, wall, cores_allowed, report.events):
         console.print(f"• {safe(line)}")
+
+
+SEVERITY_COLOURS = {"high": "red", "moderate": "yellow", "low": "cyan", "info": "dim"}
+
+
+def render_finding(console: Console, finding: Finding) -> None:
+    """A finding as ``show`` prints it: severity, title and id; the fix; the expected gain."""
+    colour = SEVERITY_COLOURS.get(finding.severity, "white")
+    console.print(f"  [{colour}]{finding.severity}[/{colour}] {safe(finding.title)}  [dim]({finding.id})[/dim]")
+    console.print(f"    fix: {safe(finding.fix)}")
+    if finding.expected_gain:
+        console.print(f"    expected gain: {safe(finding.expected_gain)}")
 
 
 def render_trials(console: Console, result) -> None:

@@ -13,7 +13,7 @@ compressed at once with Zstandard:
   turns the zero high bytes of small deltas into long runs.
 
 Lossless: decoding gives back the exact float64 bits (NaN for not reported).
-Measured on a synthetic day (``benchmarks/long_run.py``): see the README.
+Measured on a synthetic day (``benchmarks/long_run.py``): see docs/measurements.md.
 """
 
 from __future__ import annotations
