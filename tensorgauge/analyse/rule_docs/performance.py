@@ -258,15 +258,38 @@ DOCS = (
             f"moderate: the fit (of a second or more) keeps under {pct(d.IDLE)} of the allowed cores busy, with "
             "the machine's other work on them counted",
             "none when any of these explains it: " + ", ".join(f"`{i}`" for i in d.PERFORMANCE_EXPLAINERS),
+            "none when the input split was not measured (the input may be the cause): `idle_cause_unknown` "
+            "says so instead",
         ),
-        fix="Run with `--diagnose` to measure the input pipeline; a larger batch gives each op more parallel work.",
+        fix="A larger batch gives each op more parallel work; `--diagnose` profiles the steps.",
         check="`tensorgauge run --diagnose -- python train.py`, then `tensorgauge show last`: the fit's `cores` "
               "column, and whether a more specific finding appears.",
         example=Finding(
             id="cores_idle", severity="moderate",
             title="Cores sit idle during training: 0.61 of 2 busy on average",
-            fix="Run with --diagnose to measure the input pipeline; a larger batch gives each op more parallel "
-                "work.")),
+            fix="A larger batch gives each op more parallel work; tensorgauge run --diagnose profiles the steps.")),
+    RuleDoc(
+        id="idle_cause_unknown", category="performance",
+        summary="Training keeps few of its cores busy, and the input split that could explain it was not measured.",
+        meaning="The cores sat idle as they do for `cores_idle`, but the input A/B did not run or failed, so the "
+                "input pipeline may be the cause. No cause is claimed: the finding says why the input was not "
+                "measured and how to measure it.",
+        measured="The fit's mean cores busy against the cores allowed, as for `cores_idle`, in a run whose input "
+                 "split says `not measured` (the reason is in the evidence, `input_not_measured`).",
+        thresholds=(
+            f"low: the fit (of a second or more) keeps under {pct(d.IDLE)} of the allowed cores busy, the input "
+            "split was not measured, and none of these explains it: "
+            + ", ".join(f"`{i}`" for i in d.PERFORMANCE_EXPLAINERS),
+        ),
+        fix="Measure the input: `tensorgauge run --diagnose` runs the input A/B whatever it costs.",
+        check="`tensorgauge run --diagnose -- python train.py`, then `tensorgauge show last`: the `input` line "
+              "gives the measured share, and `input_bound` or `cores_idle` takes this finding's place.",
+        example=Finding(
+            id="idle_cause_unknown", severity="low",
+            title="Cores sat idle during training (0.71 of 2 busy on average) and the cause is unknown: the input "
+                  "split was not measured",
+            fix="Measure it: tensorgauge run --diagnose runs the input A/B whatever it costs (why it did not run "
+                "here: diagnosis was off (--no-diagnose)).")),
     RuleDoc(
         id="stalls", category="performance",
         summary="Training paused: steps, epoch starts or the end of fit took far longer than a step.",
@@ -285,7 +308,8 @@ DOCS = (
             f"the fit's first {pauses.WARMUP_STEPS} steps are start-up, not pauses",
             f"low: at least {pauses.STALL_MIN_LOST_SECONDS:g} s lost in all",
             f"moderate: at least {pct(pauses.STALL_MODERATE_SHARE)} of the fit lost; high: at least "
-            f"{pct(pauses.STALL_HIGH_SHARE)}",
+            f"{pct(pauses.STALL_HIGH_SHARE)}; both counted without the longest pause (one outlier does not "
+            "grade them), and a single pause is at most moderate",
             f"pauses at under {pauses.IDLE_CORES:g} cores busy, in a fit on an autotuned tf.data pipeline that "
             "runs no Python of the job's, get the fix of turning autotuning off",
         ),
@@ -293,7 +317,8 @@ DOCS = (
             "whose cores sat idle (`options = tf.data.Options(); options.autotune.enabled = False; "
             "dataset = dataset.with_options(options)`); a pipeline made once by hand for a fit on arrays; "
             "prefetch, a smaller shuffle buffer and a cache for pauses at epoch starts; your callbacks' schedule "
-            "for pauses mid-epoch or after the last step.",
+            "for pauses mid-epoch or after the last step. Autotuning off is advice to try and time: it removed "
+            "the pauses of one keras-io program and slowed another's fit.",
         check="Run again: the finding lists each pause (time, length, epoch, cores busy) in "
               "`tensorgauge show last --json`; the report's timeline shows what the machine did then. Compare "
               "the fit's wall time with `tensorgauge compare OLD NEW`.",
@@ -305,8 +330,8 @@ DOCS = (
                 "compute. fit reads a tf.data pipeline with autotuning on, and deleting an epoch's iterator waits "
                 "until the iterator's autotuning thread wakes. Turn autotuning off for the pipeline, and the "
                 "validation data's: options = tf.data.Options(); options.autotune.enabled = False; dataset = "
-                "dataset.with_options(options).",
-            expected_gain="up to 13.3 s (13% of the fit)")),
+                "dataset.with_options(options). It can also cost: time your fit with and without it.",
+            expected_gain="not measured on this job: try it and time the fit (its pauses lost 13.3 s, 13%)")),
     RuleDoc(
         id="startup_dominated", category="performance",
         summary="Importing the frameworks and building the first step took most of the run.",
