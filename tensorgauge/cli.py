@@ -270,14 +270,15 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return _dispatch(args)
     except TensorgaugeError as exc:
+        from tensorgauge.commands._shared import tell
         from tensorgauge.render.text import plain
 
-        if sys.stderr is not None:
-            print(f"{PROG}: {plain(exc)}", file=sys.stderr)
+        tell(f"{PROG}: {plain(exc)}")
         return exc.exit_code
     except KeyboardInterrupt:
-        if sys.stderr is not None:
-            print(f"{PROG}: interrupted", file=sys.stderr)
+        from tensorgauge.commands._shared import tell
+
+        tell(f"{PROG}: interrupted")
         return 130
     except BrokenPipeError:
         return 0

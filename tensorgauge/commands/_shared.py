@@ -19,6 +19,52 @@ if TYPE_CHECKING:
     from tensorgauge.store import Store
 
 
+class DroppingStream:
+    """The tool's own messages on a text stream (stderr): once a write fails (a closed or broken pipe),
+    they are dropped, never an exception, so they cannot end the command or change its exit status.
+    The stream's descriptor is then pointed at /dev/null: what is still buffered, and whatever else
+    writes there (warnings, the interpreter's flush at exit, which would exit 120), goes nowhere."""
+
+    def __init__(self, stream: Any):
+        self._stream, self.broken = stream, False
+
+    def write(self, text: str) -> int:
+        if not self.broken:
+            try:
+                self._stream.write(text)
+            except (OSError, ValueError):
+                self._drop()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.broken:
+            try:
+                self._stream.flush()
+            except (OSError, ValueError):
+                self._drop()
+
+    def _drop(self) -> None:
+        self.broken = True
+        try:
+            fd = self._stream.fileno()
+            null = os.open(os.devnull, os.O_WRONLY)
+        except (OSError, ValueError):  # no descriptor of its own (a test's capture)
+            return
+        try:
+            os.dup2(null, fd)
+        finally:
+            os.close(null)
+
+    def __getattr__(self, name: str) -> Any:  # isatty, encoding, fileno: the stream's own
+        return getattr(self._stream, name)
+
+
+def tell(line: str) -> None:
+    """One line of the tool's own on stderr, dropped where stderr is closed or broken."""
+    if sys.stderr is not None:
+        print(line, file=DroppingStream(sys.stderr))
+
+
 def console(stderr: bool = False) -> Console:
     from rich.console import Console
 
@@ -27,6 +73,8 @@ def console(stderr: bool = False) -> Console:
         return Console(file=open(os.devnull, "w"), highlight=False)  # noqa: SIM115 (lives as long as the command)
     # Piped output has no width: rich's default of 80 columns would fold the phase table.
     width = None if stream.isatty() else 132
+    if stderr:  # the tool's own messages: a broken stderr must not end the command (rich exits 1 on it)
+        return Console(file=DroppingStream(stream), highlight=False, width=width)
     return Console(stderr=stderr, highlight=False, width=width)
 
 
@@ -42,8 +90,7 @@ def open_store(location: str | None, create: bool = True) -> Store:
 
     store = Store.open(location, create=create)
     def note(line: str) -> None:
-        if sys.stderr is not None:
-            print(f"tensorgauge: note: {plain(line)}", file=sys.stderr)
+        tell(f"tensorgauge: note: {plain(line)}")
 
     store.notify = note
     return store
