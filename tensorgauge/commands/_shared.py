@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from tensorgauge.errors import TensorgaugeError
 
@@ -19,14 +20,18 @@ if TYPE_CHECKING:
     from tensorgauge.store import Store
 
 
-class DroppingStream:
+class DroppingStream(io.TextIOBase):
     """The tool's own messages on a text stream (stderr): once a write fails (a closed or broken pipe),
     they are dropped, never an exception, so they cannot end the command or change its exit status.
     The stream's descriptor is then pointed at /dev/null: what is still buffered, and whatever else
     writes there (warnings, the interpreter's flush at exit, which would exit 120), goes nowhere."""
 
     def __init__(self, stream: Any):
+        super().__init__()
         self._stream, self.broken = stream, False
+
+    def writable(self) -> bool:
+        return True
 
     def write(self, text: str) -> int:
         if not self.broken:
@@ -43,6 +48,16 @@ class DroppingStream:
             except (OSError, ValueError):
                 self._drop()
 
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]  # the stream's
+        return getattr(self._stream, "encoding", None) or "utf-8"
+
     def _drop(self) -> None:
         self.broken = True
         try:
@@ -54,9 +69,6 @@ class DroppingStream:
             os.dup2(null, fd)
         finally:
             os.close(null)
-
-    def __getattr__(self, name: str) -> Any:  # isatty, encoding, fileno: the stream's own
-        return getattr(self._stream, name)
 
 
 def tell(line: str) -> None:
@@ -74,7 +86,7 @@ def console(stderr: bool = False) -> Console:
     # Piped output has no width: rich's default of 80 columns would fold the phase table.
     width = None if stream.isatty() else 132
     if stderr:  # the tool's own messages: a broken stderr must not end the command (rich exits 1 on it)
-        return Console(file=DroppingStream(stream), highlight=False, width=width)
+        return Console(file=cast("IO[str]", DroppingStream(stream)), highlight=False, width=width)
     return Console(stderr=stderr, highlight=False, width=width)
 
 
