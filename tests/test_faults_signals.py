@@ -35,10 +35,11 @@ def _start(tg_cmd, tmp_path, job: str, *options: str, **popen):
     return monitor, [int(pid) for pid in ready.read_text().split()]
 
 
-def _ended(monitor, pids) -> int | None:
-    """The monitor's exit status within the bound (None if it still ran: then it and the job are killed)."""
+def assert_ended_by(sig: int, monitor, pids, store_path, after: str) -> None:
+    """The monitor ended within the bound with 128+``sig``, the run stored complete as ended by ``sig``,
+    and the job's tree gone (a monitor still running is killed, with the job)."""
     try:
-        return monitor.wait(timeout=BOUND_SECONDS)
+        code = monitor.wait(timeout=BOUND_SECONDS)
     except subprocess.TimeoutExpired:
         for pid in (monitor.pid, *pids):
             try:
@@ -46,12 +47,12 @@ def _ended(monitor, pids) -> int | None:
             except OSError:
                 pass
         monitor.wait()
-        return None
-
-
-def _stored_end(store_path) -> dict:
+        raise AssertionError(f"still running {BOUND_SECONDS} s {after}") from None
     store = Store.open(store_path)
-    return RunReport.load(store, store.run("last").run_id).to_dict()
+    run = RunReport.load(store, store.run("last").run_id).to_dict()
+    assert run["complete"] and run["end_cause"] == "signal"
+    assert run["signal"] == sig and code == 128 + sig
+    assert not any(alive(pid) for pid in pids)
 
 
 @pytest.mark.parametrize("cgroup", [True, False])
@@ -63,14 +64,9 @@ def test_a_job_that_ignores_sigint_is_killed_after_the_grace_period(store_path, 
         monkeypatch.setenv("TENSORGAUGE_NO_CGROUP", "1")
     monitor, pids = _start(tg_cmd, tmp_path, IGNORES_SIGINT, "--stop-grace", "1", stderr=subprocess.PIPE)
     monitor.send_signal(signal.SIGINT)
-    code = _ended(monitor, pids)
-    assert code is not None, f"still running {BOUND_SECONDS} s after SIGINT"
-    run = _stored_end(store_path)
-    assert run["complete"] and run["end_cause"] == "signal"
     # The tree gets SIGTERM then SIGKILL: this job, which takes SIGTERM's default, dies of the SIGTERM.
-    assert run["signal"] == signal.SIGTERM and code == 128 + signal.SIGTERM
+    assert_ended_by(signal.SIGTERM, monitor, pids, store_path, "after SIGINT")
     assert "SIGINT not obeyed within 1 s" in monitor.stderr.read().decode()
-    assert not any(alive(pid) for pid in pids)
 
 
 def test_a_second_sigint_stops_the_job_at_once(store_path, tg_cmd, tmp_path):
@@ -86,12 +82,7 @@ def test_a_second_sigint_stops_the_job_at_once(store_path, tg_cmd, tmp_path):
         assert time.monotonic() < deadline, "the first SIGINT never reached the job"
         time.sleep(0.02)
     monitor.send_signal(signal.SIGINT)
-    code = _ended(monitor, pids)
-    assert code is not None, f"still running {BOUND_SECONDS} s after the second SIGINT (grace 600 s)"
-    run = _stored_end(store_path)
-    assert run["complete"] and run["end_cause"] == "signal"
-    assert run["signal"] == signal.SIGTERM and code == 128 + signal.SIGTERM
-    assert not any(alive(pid) for pid in pids)
+    assert_ended_by(signal.SIGTERM, monitor, pids, store_path, "after the second SIGINT (grace 600 s)")
 
 
 def test_a_broken_stderr_leaves_the_jobs_exit_status(store_path, tg_cmd, tmp_path):
