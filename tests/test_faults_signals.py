@@ -75,7 +75,7 @@ def test_a_second_sigint_stops_the_job_at_once(store_path, tg_cmd, tmp_path):
     got = tmp_path / "got"
     job = IGNORES_SIGINT.replace("signal.signal(signal.SIGINT, signal.SIG_IGN)",
                                  f"signal.signal(signal.SIGINT, lambda n, f: pathlib.Path({str(got)!r}).write_text('1'))")
-    monitor, pids = _start(tg_cmd, tmp_path, job, "-q", "--stop-grace", "600")
+    monitor, pids = _start(tg_cmd, tmp_path, job, "-q", "--stop-grace", "600", stderr=subprocess.PIPE)
     monitor.send_signal(signal.SIGINT)
     deadline = time.monotonic() + 20
     while not got.exists():  # passed on: the job took it, and went on
@@ -83,6 +83,7 @@ def test_a_second_sigint_stops_the_job_at_once(store_path, tg_cmd, tmp_path):
         time.sleep(0.02)
     monitor.send_signal(signal.SIGINT)
     assert_ended_by(signal.SIGTERM, monitor, pids, store_path, "after the second SIGINT (grace 600 s)")
+    assert "a second SIGINT: killing the job's process tree" in monitor.stderr.read().decode()
 
 
 def test_a_broken_stderr_leaves_the_jobs_exit_status(store_path, tg_cmd, tmp_path):

@@ -386,7 +386,7 @@ class _ChildEnd:
         """``signum`` passed on (:meth:`_pass_on`); a stop signal (SIGTERM, SIGINT) starts the grace period,
         and a SIGINT after one (Ctrl-C twice) ends the job's tree at once: SIGTERM, then SIGKILL."""
         if signum == signal.SIGINT and self.terminate_at is not None:
-            self._escalate(f"SIGINT after {signal.Signals(self.stop_signal or signal.SIGTERM).name}")
+            self._escalate("a second SIGINT" if self.stop_signal == signal.SIGINT else "SIGINT after SIGTERM")
             return
         self._pass_on(signum)
         if signum in _STOP_SIGNALS and self.terminate_at is None:
