@@ -139,8 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve live metrics for Prometheus on HOST:PORT (default host 127.0.0.1), e.g. 9464")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing of tensorgauge's own")
     p.add_argument("--stop-grace", type=_grace, default=10.0, metavar="S",
-                   help="after a SIGTERM passed on to the job, seconds it has to end before its whole process "
-                        "tree is killed (10, as docker stop)")
+                   help="after a SIGTERM or SIGINT passed on to the job, seconds it has to end before its whole "
+                        "process tree is killed (10, as docker stop); a second SIGINT kills it at once")
     p.add_argument("--keep-job-on-failure", action="store_true",
                    help="if tensorgauge itself fails or is killed, leave the job running unmonitored (by default "
                         "the job's whole process tree is stopped with it)")
@@ -279,14 +279,15 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return _dispatch(args)
     except TensorgaugeError as exc:
+        from tensorgauge.commands._shared import tell
         from tensorgauge.render.text import plain
 
-        if sys.stderr is not None:
-            print(f"{PROG}: {plain(exc)}", file=sys.stderr)
+        tell(f"{PROG}: {plain(exc)}")
         return exc.exit_code
     except KeyboardInterrupt:
-        if sys.stderr is not None:
-            print(f"{PROG}: interrupted", file=sys.stderr)
+        from tensorgauge.commands._shared import tell
+
+        tell(f"{PROG}: interrupted")
         return 130
     except BrokenPipeError:
         return 0

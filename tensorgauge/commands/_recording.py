@@ -37,7 +37,7 @@ class RecordOptions:
     prometheus: str | None = None
     quiet: bool = False
     keep_job_on_failure: bool = False
-    stop_grace_seconds: float = 10.0  # after a SIGTERM passed on, before the tree is killed
+    stop_grace_seconds: float = 10.0  # after a SIGTERM or SIGINT passed on, before the tree is killed
     extra_env: dict[str, str] | None = None  # set for the job (e.g. KERAS_BACKEND by --backends)
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from tensorgauge.errors import TensorgaugeError
 
@@ -19,6 +20,63 @@ if TYPE_CHECKING:
     from tensorgauge.store import Store
 
 
+class DroppingStream(io.TextIOBase):
+    """The tool's own messages on a text stream (stderr): once a write fails (a closed or broken pipe),
+    they are dropped, never an exception, so they cannot end the command or change its exit status.
+    The stream's descriptor is then pointed at /dev/null: what is still buffered, and whatever else
+    writes there (warnings, the interpreter's flush at exit, which would exit 120), goes nowhere."""
+
+    def __init__(self, stream: Any):
+        super().__init__()
+        self._stream, self.broken = stream, False
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if not self.broken:
+            try:
+                self._stream.write(text)
+            except (OSError, ValueError):
+                self._drop()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.broken:
+            try:
+                self._stream.flush()
+            except (OSError, ValueError):
+                self._drop()
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]  # the stream's
+        return getattr(self._stream, "encoding", None) or "utf-8"
+
+    def _drop(self) -> None:
+        self.broken = True
+        try:
+            fd = self._stream.fileno()
+            null = os.open(os.devnull, os.O_WRONLY)
+        except (OSError, ValueError):  # no descriptor of its own (a test's capture)
+            return
+        try:
+            os.dup2(null, fd)
+        finally:
+            os.close(null)
+
+
+def tell(line: str) -> None:
+    """One line of the tool's own on stderr, dropped where stderr is closed or broken."""
+    if sys.stderr is not None:
+        print(line, file=DroppingStream(sys.stderr))
+
+
 def console(stderr: bool = False) -> Console:
     from rich.console import Console
 
@@ -27,6 +85,8 @@ def console(stderr: bool = False) -> Console:
         return Console(file=open(os.devnull, "w"), highlight=False)  # noqa: SIM115 (lives as long as the command)
     # Piped output has no width: rich's default of 80 columns would fold the phase table.
     width = None if stream.isatty() else 132
+    if stderr:  # the tool's own messages: a broken stderr must not end the command (rich exits 1 on it)
+        return Console(file=cast("IO[str]", DroppingStream(stream)), highlight=False, width=width)
     return Console(stderr=stderr, highlight=False, width=width)
 
 
@@ -42,8 +102,7 @@ def open_store(location: str | None, create: bool = True) -> Store:
 
     store = Store.open(location, create=create)
     def note(line: str) -> None:
-        if sys.stderr is not None:
-            print(f"tensorgauge: note: {plain(line)}", file=sys.stderr)
+        tell(f"tensorgauge: note: {plain(line)}")
 
     store.notify = note
     return store

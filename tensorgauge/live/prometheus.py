@@ -1,11 +1,12 @@
 """``tensorgauge run --prometheus ADDR:PORT``: the run's live metrics in Prometheus'
-text format, served with the official client (the ``[prometheus]`` extra) on
-loopback unless another address is given. Labels: ``job`` and ``worker``
+text format, made by the official client (the ``[prometheus]`` extra) and served
+(:mod:`.metrics_server`) on loopback unless another address is given. Labels: ``job`` and ``worker``
 (from ``TF_CONFIG``, else the run id)."""
 
 from __future__ import annotations
 
 from tensorgauge.errors import TensorgaugeError
+from tensorgauge.live.metrics_server import IDLE_SECONDS, MAX_CONNECTIONS, serve
 from tensorgauge.live.state import LiveState
 from tensorgauge.model import Event, RunRecord, Sample, shown_metrics
 
@@ -28,9 +29,10 @@ class PrometheusExporter:
     """An :class:`~tensorgauge.monitoring.monitor.Exporter`: a gauge per shown sampled metric
     (``tensorgauge_`` + its exported name), the GPUs, the steps and the phase."""
 
-    def __init__(self, address: str):
+    def __init__(self, address: str, idle_seconds: float = IDLE_SECONDS, max_connections: int = MAX_CONNECTIONS):
+        """``idle_seconds``, ``max_connections``: the endpoint's bounds (:mod:`.metrics_server`)."""
         try:
-            from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+            from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
         except ImportError:
             raise TensorgaugeError("--prometheus needs the [prometheus] extra: "
                                    "pip install 'tensorgauge[prometheus]'") from None
@@ -57,7 +59,8 @@ class PrometheusExporter:
         self._phase: str | None = None
         self._steps = 0
         try:
-            self.server, self.thread = start_http_server(self.port, addr=self.host, registry=self.registry)
+            self.server, self.thread = serve(make_wsgi_app(self.registry), self.host, self.port,
+                                              idle_seconds, max_connections)
         except OSError as exc:
             raise TensorgaugeError(f"cannot serve Prometheus metrics on {self.host}:{self.port}: "
                                    f"{exc.strerror}") from None

@@ -51,7 +51,8 @@ HOOK_SITE_DIR = Path(__file__).parent.parent / "hook" / "_site"
 
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _WAKE_SIGNALS = (signal.SIGCHLD, *_FORWARDED_SIGNALS)
-STOP_GRACE_SECONDS = 10.0  # after a SIGTERM passed on, the job's tree is killed if it still runs (docker's)
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # passed on, then followed by SIGKILL once the grace period is over
+STOP_GRACE_SECONDS = 10.0  # after a SIGTERM or SIGINT passed on, the job's tree is killed if it still runs (docker's)
 _OWN_PROCESS_GROUP: dict = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
 
 
@@ -123,11 +124,12 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
 
     The job runs in a process group of its own; signals sent to the monitor go to the
     whole group and every process of its cgroup (a ``setsid`` child left the group), each followed
-    by SIGCONT (a stopped job takes it); a SIGTERM not obeyed within ``stop_grace_seconds`` is
-    followed by SIGKILL of the whole tree. If the monitor fails after the job started, or is killed, the job's tree
-    is stopped (SIGTERM, then SIGKILL), unless ``keep_job_on_failure``. The store is
-    written on a thread of its own: a locked or slow store never holds the loop up;
-    ``store_wait_seconds`` is how long the end of the run waits for it."""
+    by SIGCONT (a stopped job takes it); a SIGTERM or SIGINT not obeyed within ``stop_grace_seconds``
+    is followed by SIGKILL of the whole tree, and a SIGINT after either ends the tree at once (Ctrl-C
+    twice). If the monitor fails after the job started, or is killed, the job's tree is stopped
+    (SIGTERM, then SIGKILL), unless ``keep_job_on_failure``. The store is written on a thread of its
+    own: a locked or slow store never holds the loop up; ``store_wait_seconds`` is how long the end of
+    the run waits for it."""
     command = resolve_command(command)
     interval_seconds = check_interval(interval_seconds, "interval_seconds")
     sources = sources or Sources()
@@ -154,7 +156,7 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
         watch.limit_cgroup(group)
     try:
         job_process = JobProcess.start(command, env, group, files.directory, clock, stop_grace_seconds,
-                                       guarded=not keep_job_on_failure,
+                                       guarded=not keep_job_on_failure, report=report,
                                        inherited=watch.inherited() if watch else contextlib.nullcontext())
     except OSError as exc:
         files.remove()
@@ -292,8 +294,9 @@ class JobProcess:
 
     @classmethod
     def start(cls, command: list[str], env: dict[str, str], group, run_dir: str, clock, stop_grace_seconds: float,
-              guarded: bool = True, inherited: Any = None) -> JobProcess:
-        """The job started (``inherited``: a context the fork happens in); OSError if it cannot be."""
+              guarded: bool = True, inherited: Any = None, report: Callable[[str], None] | None = None) -> JobProcess:
+        """The job started (``inherited``: a context the fork happens in); OSError if it cannot be.
+        ``report`` is told when the job's tree is killed for not obeying a stop signal."""
         procs = [str(d / "cgroup.procs") for d in group.dirs()] if group else []
         guard = Guard.start(procs, run_dir) if guarded else None
         t0, started_at = clock.now(), now_iso()
@@ -311,7 +314,7 @@ class JobProcess:
         old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WAKE_SIGNALS)
         # Threads started before (numpy's BLAS pool, on import) do not block them: a signal the kernel
         # hands to one of those comes to this handler, in the main thread, instead of killing the monitor.
-        ended = _ChildEnd(child.pid, group, stop_grace_seconds)
+        ended = _ChildEnd(child.pid, group, stop_grace_seconds, report)
         old_handlers = {sig: signal.signal(sig, ended.on_signal) for sig in _FORWARDED_SIGNALS}
         return cls(child, ended, guard, _Terminal.hand_to(child.pid), old_mask, old_handlers, t0, started_at)
 
@@ -374,14 +377,26 @@ def _process_group(pid: int) -> int | None:
 class _ChildEnd:
     """Waits for the child's end while passing the signals sent to the monitor on to the job's tree."""
 
-    def __init__(self, pid: int, group=None, grace_seconds: float = STOP_GRACE_SECONDS):
-        self.pid, self.group, self.grace_seconds = pid, group, grace_seconds
+    def __init__(self, pid: int, group=None, grace_seconds: float = STOP_GRACE_SECONDS,
+                 report: Callable[[str], None] | None = None):
+        self.pid, self.group, self.grace_seconds, self.report = pid, group, grace_seconds, report
         self.status: int | None = None
         self.rusage: Any = None  # resource.struct_rusage once reaped
-        self.terminate_at: float | None = None  # when a SIGTERM was passed on
+        self.terminate_at: float | None = None  # when the first stop signal (SIGTERM or SIGINT) was passed on
+        self.stop_signal: int | None = None  # which one
         self.escalated = False
 
     def send(self, signum: int) -> None:
+        """``signum`` passed on (:meth:`_pass_on`); a stop signal (SIGTERM, SIGINT) starts the grace period,
+        and a SIGINT after one (Ctrl-C twice) ends the job's tree at once: SIGTERM, then SIGKILL."""
+        if signum == signal.SIGINT and self.terminate_at is not None:
+            self._escalate("a second SIGINT" if self.stop_signal == signal.SIGINT else "SIGINT after SIGTERM")
+            return
+        self._pass_on(signum)
+        if signum in _STOP_SIGNALS and self.terminate_at is None:
+            self.terminate_at, self.stop_signal = time.monotonic(), signum
+
+    def _pass_on(self, signum: int) -> None:
         """``signum`` to the job's process group and to every member of its cgroup, or each of its
         descendants without one (a ``setsid`` child has a group of its own), then SIGCONT: a stopped process takes a signal only once it runs."""
         members = [p for p in (self.group.pids() if self.group is not None else descendants(self.pid))
@@ -396,19 +411,27 @@ class _ChildEnd:
                     os.kill(member, sig)
                 except OSError:
                     pass
-        if signum == signal.SIGTERM and self.terminate_at is None:
-            self.terminate_at = time.monotonic()
 
     def on_signal(self, signum: int, frame: Any = None) -> None:
         """A signal handler: one the kernel handed to a thread that does not block it comes here."""
         self.send(signum)
 
     def _escalate_if_due(self) -> None:
-        """A SIGTERM not obeyed within the grace period: SIGKILL the whole tree (once)."""
+        """A SIGTERM or SIGINT not obeyed within the grace period: SIGKILL the whole tree (once)."""
         if self.terminate_at is not None and not self.escalated and \
                 time.monotonic() >= self.terminate_at + self.grace_seconds:
-            self.escalated = True
-            _kill_tree(self.pid, self.group)
+            name = signal.Signals(self.stop_signal or signal.SIGTERM).name
+            self._escalate(f"{name} not obeyed within {self.grace_seconds:g} s (--stop-grace)")
+
+    def _escalate(self, why: str) -> None:
+        """The job's whole tree ended now (once): SIGTERM, then SIGKILL; ``why`` told through ``report``."""
+        if self.escalated:
+            return
+        self.escalated = True
+        if self.report is not None and self.status is None:
+            self.report(f"{why}: killing the job's process tree")
+        self._pass_on(signal.SIGTERM)
+        _kill_tree(self.pid, self.group)
 
     def _reap(self) -> bool:
         if self.status is not None:

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import shlex
-from pathlib import Path
 
 from tensorgauge._version import __version__
 from tensorgauge.analyse.timeline import MAX_BINS
 from tensorgauge.errors import TensorgaugeError
-from tensorgauge.render import charts
+from tensorgauge.render import charts, user_cache
 from tensorgauge.render.phase_columns import phase_columns
 from tensorgauge.render.text import sampled_figures
 from tensorgauge.units import format_bytes, format_seconds
@@ -46,25 +44,17 @@ for (const [id, spec] of Object.entries(specs)) {
 
 def javascript() -> str:
     """Vega, Vega-Lite and Vega-Embed in one script. vl-convert bundles them in ~3 s,
-    so the bundle is cached per vl-convert version in the user's cache folder."""
+    so the bundle is cached per vl-convert version in the user's cache folder (:mod:`.user_cache`)."""
     try:
         import vl_convert
     except ImportError:
         raise TensorgaugeError("the HTML report needs the [report] extra: pip install 'tensorgauge[report]'") from None
-    version = getattr(vl_convert, "__version__", "unknown")
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tensorgauge" / f"vega-{version}.js"
-    try:
-        return cache.read_text()
-    except OSError:
-        pass
+    name = f"vega-{getattr(vl_convert, '__version__', 'unknown')}.js"
+    cached = user_cache.read(name)
+    if cached is not None:
+        return cached
     js = vl_convert.javascript_bundle()  # type: ignore[call-arg]  # the snippet is optional
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        partial = cache.with_suffix(f".{os.getpid()}.tmp")
-        partial.write_text(js)
-        partial.replace(cache)  # atomic: a concurrent report never reads half a bundle
-    except OSError:
-        pass  # no cache folder: build it each time
+    user_cache.write(name, js)  # where it cannot be, it is built each time
     return js
 
 
