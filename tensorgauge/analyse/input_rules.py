@@ -15,7 +15,7 @@ parallel map, cache) is never advised again.
 
 from __future__ import annotations
 
-from tensorgauge.analyse.input_split import backend_input_wait, fit_input, loop_verdict
+from tensorgauge.analyse.input_split import backend_input_wait, fit_input, loop_verdict, rounds_verdict
 from tensorgauge.analyse.rules import RunFacts, rule
 from tensorgauge.hook.protocol import INPUT_HIGH, INPUT_MODERATE, TRAIN_LOOP, FitConfig, Kind, LoopInput
 from tensorgauge.model import Finding, Phase
@@ -141,12 +141,21 @@ def backend_input_bound(timed: dict, fit: Phase, allowed: float) -> Finding | No
     step = fit.step_seconds_p50
     if not step:
         return None
-    wait = min(step, backend_input_wait(timed, fit))
-    share = wait / step
-    if share < INPUT_MODERATE:
-        return None
+    by_round = rounds_verdict(timed.get("rounds") or [])
+    if by_round is not None:  # the rounds' interval decides: one that straddles the threshold is noise
+        if not by_round["established"]:
+            return None
+        share = by_round["input_share"]
+        wait = step * share
+    else:  # a run recorded before the rounds: one figure
+        wait = min(step, backend_input_wait(timed, fit))
+        share = wait / step
+        if share < INPUT_MODERATE:
+            return None
     backend = timed.get("backend") or "?"
     evidence = {"input_share": round(share, 3), "input_wait_seconds_per_step": round(wait, 6),
+                "input_share_low": by_round and by_round["input_share_low"],
+                "input_share_high": by_round and by_round["input_share_high"],
                 "step_seconds": round(step, 6), "compute_in_job_seconds": round(step - wait, 6),
                 "measured_by": f"next() on Keras' data iterator ({backend} backend)", "batches": timed.get("batches"),
                 "cores_busy_mean": round(fit.cores_busy_mean, 2), "cores_allowed": allowed}

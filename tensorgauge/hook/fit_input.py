@@ -9,7 +9,8 @@ TensorFlow's iterator runs inside the compiled step, where only its profiler
 sees it (:mod:`.input_window`).
 
 One ``fit_input`` event when the fit ends: the batches, the seconds all of them
-took and the first one's (it includes the iterator's start).
+took, the first one's (it includes the iterator's start), each epoch's first, and
+the waits by round within epochs (for the share's spread).
 """
 
 from __future__ import annotations
@@ -25,19 +26,51 @@ from tensorgauge.hook.wrapping import wrap_once
 TIMED_BACKENDS = ("jax", "torch")
 
 
+ROUND_BATCHES, ROUND_SECONDS = 8, 0.25  # a round: at least this many batches and seconds, within one epoch
+MAX_ROUNDS = 256  # past this, neighbouring rounds are merged (a day-long fit keeps a bounded event)
+
+
 class InputClock:
-    """The batches one fit's data iterator produced and the seconds they took."""
+    """The batches one fit's data iterator produced and the seconds they took: in all, at each epoch's
+    start (its first ``next()`` starts the iterator), and by round (``[wait, span, batches]``: the
+    seconds in ``next()`` against the seconds from a round's first ``next()`` to the one after its last,
+    so that the rounds give the share's spread)."""
 
     def __init__(self) -> None:
         self.batches = 0
         self.seconds = 0.0
         self.first_seconds: float | None = None
+        self.epoch_start_seconds = 0.0
+        self.rounds: list[list[float]] = []
+        self._epoch_begun = True
+        self._round: list[float] | None = None  # [start, wait, batches] of the round being counted
 
-    def add(self, seconds: float) -> None:
+    def new_epoch(self) -> None:
+        """An epoch's iterator: its first batch is the epoch's start, and no round spans epochs."""
+        self._epoch_begun, self._round = True, None
+
+    def add(self, seconds: float, start: float | None = None) -> None:
         self.batches += 1
         self.seconds += seconds
         if self.first_seconds is None:
             self.first_seconds = seconds
+        if self._epoch_begun:
+            self._epoch_begun = False
+            self.epoch_start_seconds += seconds
+            return
+        if start is None:
+            return
+        current = self._round
+        if current is not None and current[2] >= ROUND_BATCHES and start - current[0] >= ROUND_SECONDS:
+            self.rounds.append([round(current[1], 6), round(start - current[0], 6), int(current[2])])
+            if len(self.rounds) > MAX_ROUNDS:
+                self.rounds = [[a[0] + b[0], a[1] + b[1], a[2] + b[2]]
+                               for a, b in zip(self.rounds[::2], self.rounds[1::2])]
+            current = None
+        if current is None:
+            current = self._round = [start, 0.0, 0]
+        current[1] += seconds
+        current[2] += 1
 
 
 class TimedIterator:
@@ -47,6 +80,7 @@ class TimedIterator:
 
     def __init__(self, inner, clock: InputClock):
         self._inner, self._clock = inner, clock
+        clock.new_epoch()
 
     def __iter__(self):
         return self
@@ -54,7 +88,7 @@ class TimedIterator:
     def __next__(self):
         start = time.perf_counter()
         item = next(self._inner)
-        self._clock.add(time.perf_counter() - start)
+        self._clock.add(time.perf_counter() - start, start)
         return item
 
 
@@ -103,7 +137,8 @@ class _InputTimer(FitListener):
             _pending = None
         if self.clock.batches:
             channel().emit(Kind.FIT_INPUT, backend=self.backend, batches=self.clock.batches,
-                           seconds=round(self.clock.seconds, 6), first_seconds=round(self.clock.first_seconds or 0.0, 6))
+                           seconds=round(self.clock.seconds, 6), first_seconds=round(self.clock.first_seconds or 0.0, 6),
+                           epoch_start_seconds=round(self.clock.epoch_start_seconds, 6), rounds=self.clock.rounds)
 
 
 @on_fit

@@ -367,6 +367,8 @@ class FitInput(Common, total=False):
     batches: int  # next() calls on the fit's data iterator (steps x steps_per_execution)
     seconds: float  # all of them
     first_seconds: float  # the first (it starts the iterator)
+    epoch_start_seconds: float  # each epoch's first next() together (an epoch's iterator starting)
+    rounds: list[list[float]]  # [seconds in next(), seconds spanned, batches] of consecutive batches in an epoch
 
 
 class BenchResult(Common, total=False):

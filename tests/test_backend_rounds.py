@@ -1,0 +1,63 @@
+"""A JAX or PyTorch fit's input share by rounds of batches, with its interval: a share whose interval
+straddles the threshold is noise, not a finding that flips from run to run."""
+
+import random
+
+from tensorgauge.analyse.input_rules import backend_input_bound
+from tensorgauge.analyse.input_split import rounds_verdict
+from tensorgauge.hook import fit_input
+from tensorgauge.model import Phase
+
+
+def test_rounds_are_consecutive_batches_of_one_epoch_and_an_epochs_first_batch_is_its_start():
+    clock = fit_input.InputClock()
+    t = 0.0
+    for epoch in range(2):
+        clock.new_epoch()
+        for batch in range(30):
+            wait = 0.5 if batch == 0 else 0.002  # the epoch's iterator starting
+            clock.add(wait, t)
+            t += wait + 0.018  # then the step
+    # Each epoch: its first batch apart, then rounds of at least 8 batches and 0.25 s (13 of 20 ms): 2 whole
+    # rounds of the 29 batches left; the partial round at an epoch's end is dropped.
+    assert clock.epoch_start_seconds == 1.0 and clock.batches == 60
+    assert len(clock.rounds) == 4 and all(r[2] == 13 for r in clock.rounds)
+    wait, span, batches = clock.rounds[0]
+    assert abs(wait - 13 * 0.002) < 1e-9 and abs(span - 13 * 0.020) < 1e-9
+
+
+def test_a_long_fit_keeps_a_bounded_number_of_rounds():
+    clock = fit_input.InputClock()
+    clock.new_epoch()
+    for i in range(40_000):
+        clock.add(0.001, i * 0.01)
+    assert fit_input.MAX_ROUNDS // 2 <= len(clock.rounds) <= fit_input.MAX_ROUNDS
+    assert sum(r[2] for r in clock.rounds) >= 39_000 * 0.9
+
+
+def rounds(shares, span=0.5):
+    return [[share * span, span, 25] for share in shares]
+
+
+def test_the_rounds_interval_decides_the_verdict():
+    random.seed(0)
+    clear = rounds([0.30 + random.uniform(-0.03, 0.03) for _ in range(12)])
+    assert rounds_verdict(clear)["established"] and rounds_verdict(clear)["input_share_low"] > 0.2
+    # A healthy JAX fit on arrays: 5.3% pooled, rounds of 1-10%: within noise, no finding.
+    noisy = rounds([0.01, 0.10, 0.04, 0.08, 0.02, 0.07, 0.05, 0.065])
+    verdict = rounds_verdict(noisy)
+    assert 0.05 <= verdict["input_share"] < 0.06 and verdict["input_share_low"] < 0.05 < verdict["input_share_high"]
+    assert not verdict["established"] and verdict["verdict"].startswith("within noise")
+    quiet = rounds_verdict(rounds([0.01, 0.012, 0.009, 0.011]))
+    assert quiet["verdict"].startswith("no input cost") and quiet["input_share_high"] < 0.05
+    assert rounds_verdict(rounds([0.3, 0.3])) is None  # two rounds give no spread
+
+
+def test_a_backend_fit_is_input_bound_only_when_its_interval_clears_the_threshold():
+    fit = Phase(name="fit", kind="fit", start=0.0, end=10.0, steps=400, step_seconds_p50=0.02, cores_busy_mean=1.0)
+    timed = {"backend": "jax", "batches": 401, "seconds": 8 * 0.00106 + 0.5, "first_seconds": 0.5,
+             "rounds": rounds([0.01, 0.10, 0.04, 0.08, 0.02, 0.07, 0.05, 0.065])}
+    assert backend_input_bound(timed, fit, 2.0) is None  # one figure of 5.3% was a finding before the rounds
+    timed["rounds"] = rounds([0.30, 0.28, 0.33, 0.31, 0.29])
+    found = backend_input_bound(timed, fit, 2.0)
+    assert found.severity == "high" and found.evidence["input_share_low"] > 0.2
