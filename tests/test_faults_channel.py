@@ -176,3 +176,66 @@ def test_a_write_cut_short_by_a_file_size_limit_leaves_no_torn_line(tmp_path):
     before, after = reader.read_new()
     assert before["name"] == "before" and after["name"] == "after" and after["lost_before"] == 5
     assert reader.skipped == 0
+
+
+# -- the same faults on the reader and the channel alone -------------------------------------------
+
+def line(kind: str, **data) -> bytes:
+    import json
+
+    return (json.dumps({"t": 1.0, "kind": kind, **data}) + "\n").encode()
+
+
+def test_a_torn_end_taken_back_and_written_again_is_read_once(tmp_path):
+    """The hook takes a short write back (ftruncate) and the next event takes its place: the reader,
+    which had read the torn part, used to take the file for rewritten and read it all again."""
+    from tensorgauge.hook.channel import EventReader
+
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(line("a") + line("b") + line("c", name="x" * 200)[:100])
+    reader = EventReader(str(path))
+    assert [e["kind"] for e in reader.read_new()] == ["a", "b"]
+    with open(path, "r+b") as f:
+        f.truncate(len(line("a") + line("b")))
+        f.seek(0, os.SEEK_END)
+        f.write(line("d", name="y" * 300))
+    assert [e["kind"] for e in reader.read_new()] == ["d"] and reader.skipped == 0
+
+
+def test_lines_too_deep_too_long_or_torn_are_skipped_counted_and_reading_goes_on(tmp_path):
+    from tensorgauge.hook.channel import EventReader
+
+    path = tmp_path / "events.jsonl"
+    deep = b'{"t": 1, "kind": "trace", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n"
+    nested = b'{"t": 1, "kind": "trace", "x": ' + b"[" * 100 + b"]" * 100 + b"}\n"  # parses, but too deep to keep
+    torn = line("steps", seconds=[0.1] * 50)[:40]  # a process killed mid-write, then another's whole line
+    path.write_bytes(line("a") + deep + nested + torn + line("b") + b"x" * (5 << 20))  # no event is 5 MiB
+    reader = EventReader(str(path), max_bytes=1 << 20)
+    kinds = []
+    while not kinds or not reader.at_end:
+        kinds += [e["kind"] for e in reader.read_new()]
+    with open(path, "ab") as f:
+        f.write(b"x" * 100 + b"\n" + line("c"))  # the end of the overlong line, then an event
+    kinds += [e["kind"] for e in reader.read_new()]
+    assert kinds == ["a", "b", "c"] and reader.skipped == 4
+
+
+def test_a_value_nested_a_million_deep_is_measured_without_recursion():
+    from tensorgauge.hook.channel import MAX_DEPTH, depth
+
+    value: list = []
+    for _ in range(1_000_000):
+        value = [value]
+    assert depth(value) == MAX_DEPTH + 1 and depth({"a": [1, {"b": []}]}) == 4 and depth(3) == 0
+
+
+@pytest.mark.parametrize("side", ["hook", "reader"])
+def test_neither_side_of_the_channel_blocks_on_a_fifo(tmp_path, side):
+    """A FIFO with no one at its other end: open() for writing (the hook after a fork) or for reading
+    (the monitor) blocked for ever."""
+    path = tmp_path / "events.jsonl"
+    os.mkfifo(path)
+    code = ("import sys\nfrom tensorgauge.hook.channel import Channel, EventReader\n"
+            + ("c = Channel(sys.argv[1]); c.emit('x'); assert c.broken\n" if side == "hook" else
+               "r = EventReader(sys.argv[1]); assert r.read_new() == [] and 'not a regular file' in r.tampered\n"))
+    subprocess.run([PY, "-c", code, str(path)], check=True, timeout=20)
