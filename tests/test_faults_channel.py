@@ -36,7 +36,7 @@ def test_a_fifo_in_place_of_the_events_file_leaves_the_watchdog_working(store_pa
     done = run_monitor(["--max-memory", "300MiB", "--", PY, "-c", job], env, timeout=60)
     assert done.returncode == 128 + 9, done.stderr
     record = Store.open(store_path).run("last")
-    assert record.budget["stopped"] and record.wall_seconds < 5.0  # not its 6 s of sleep
+    assert record.budget["stopped"] and record.budget["peak_bytes"] < 400 << 20  # killed, not left to its sleep
     assert "events channel was tampered with" in record.recording_error
     assert done.stderr.count("tampered with") == 1  # said once
 
@@ -130,7 +130,7 @@ def tiny_tmpfs(tmp_path):
     if made.returncode != 0:
         pytest.skip("cannot mount a tmpfs here (root only)")
     yield str(mount)
-    subprocess.run(["umount", str(mount)], check=True)
+    subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
 def test_events_lost_on_a_full_filesystem_are_counted_in_the_run(store_path, monkeypatch, tiny_tmpfs):
