@@ -81,11 +81,8 @@ class Channel:
         except OSError:
             self.broken = True
             return None
-        try:
-            st = os.fstat(fd)
-        except OSError:
-            st = None
-        if st is None or not stat.S_ISREG(st.st_mode):  # a FIFO, a device: not a channel
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # a FIFO with a reader, a device: not a channel
             os.close(fd)
             self.broken = True
             return None
