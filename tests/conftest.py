@@ -45,7 +45,9 @@ def events(tmp_path):
     path = str(tmp_path / "events.jsonl")
     open(path, "w").close()  # as the monitor does: the hook never creates it
     old = set_channel(Channel(path))
-    yield EventReader(path).read_new
+    reader = EventReader(path)
+    yield reader.read_new
+    reader.close()
     set_channel(old)
 
 

@@ -144,9 +144,9 @@ def test_malformed_event_lines_from_the_job_are_skipped_and_counted(store_path, 
     result = subprocess.run([*tg_cmd, "run", "--", PY, "-c", job], capture_output=True, text=True, timeout=60)
     assert result.returncode == 5 and "Traceback" not in result.stderr
     record = Store.open(store_path).run("last")
-    assert record.events_skipped == 3 and record.exit_code == 5  # two lines are not even JSON objects
+    assert record.events_skipped == 5 and record.exit_code == 5  # the two that are not even JSON objects too
     shown = subprocess.run([*tg_cmd, "show", "last"], capture_output=True, text=True)
-    assert "3 lines from the job were not valid events" in shown.stdout
+    assert "5 lines from the job were not valid events" in shown.stdout
 
 
 def test_runs_shows_every_id_whole_beside_a_long_name(store_path, tg_cmd):

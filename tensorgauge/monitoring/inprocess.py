@@ -53,7 +53,7 @@ class monitor:
         self._gpus = self.sources.open_gpus()
         loop = self._recording.monitor(Sampler(tree, self.sources.system, self._gpus, clock, self._t0,
                                                cpu_baseline=first.cpu_seconds if first else 0.0),
-                                       self._files.events_path, self.interval_seconds, report=self._warn)
+                                       self._files.events, self.interval_seconds, report=self._warn)
         install_hook()
         self._thread = threading.Thread(target=loop.run, args=(self._stop.wait,), name="tensorgauge-monitor",
                                         daemon=True)

@@ -40,6 +40,9 @@ class Exporter(Observer, Protocol):
 
 
 class EventSource(Protocol):
+    """The job's events (:class:`~tensorgauge.hook.channel.EventReader`). Optional: ``at_end`` and
+    ``skip_rest()`` (the last tick's bound), ``tampered`` (why the job's channel is no longer read)."""
+
     def read_new(self, everything: bool = False) -> list[dict]: ...
 
 
@@ -121,6 +124,7 @@ class Monitor:
         self.warning: str | None = None  # set when recording stopped early
         self.ended_at: float | None = None  # when the job was seen to end (the clock's time)
         self._store_failure_told = False
+        self._tamper_told = False
 
     def tick(self, force: bool = False) -> None:
         """One round; ``force``: the last one, after the job ended (commits, takes no sample). The sample
@@ -148,6 +152,10 @@ class Monitor:
         if state is not None and state.error and not self._store_failure_told:
             self._store_failure_told = True
             self.report(f"the store failed, samples are being lost: {state.error}")
+        tampered = getattr(self.events, "tampered", None)
+        if tampered and not self._tamper_told:
+            self._tamper_told = True
+            self.report(tampered)
         for observer in list(self.observers):
             try:
                 observer.observe(sample, events)

@@ -12,9 +12,8 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
-from tensorgauge.hook.channel import EventReader
 from tensorgauge.model import RunRecord
-from tensorgauge.monitoring.monitor import Monitor
+from tensorgauge.monitoring.monitor import EventSource, Monitor
 from tensorgauge.monitoring.recorder import Recorder
 from tensorgauge.monitoring.sampler import Sampler
 from tensorgauge.monitoring.writer import StoreWriter
@@ -61,10 +60,11 @@ class Recording:
         self.recorder = Recorder(self.writer, record, record.t0_monotonic or 0.0, clock)
         self.loop: Monitor | None = None
 
-    def monitor(self, sampler: Sampler, events_path: str, interval_seconds: float,
+    def monitor(self, sampler: Sampler, events: EventSource, interval_seconds: float,
                 report: Callable[[str], None] | None = None, **options: Any) -> Monitor:
-        """The monitor loop of this run (its sampler, the job's events), run by the caller."""
-        self.loop = Monitor(sampler, self.recorder, EventReader(events_path), interval_seconds=interval_seconds,
+        """The monitor loop of this run (its sampler, the job's events: a
+        :class:`~tensorgauge.hook.channel.EventReader`), run by the caller."""
+        self.loop = Monitor(sampler, self.recorder, events, interval_seconds=interval_seconds,
                             report=report, **options)
         return self.loop
 
@@ -75,8 +75,11 @@ class Recording:
         record, loop = self.record, self.loop
         record.samples_taken = loop.samples_taken if loop else 0
         record.samples_lost = self.writer.state.samples_lost or None
-        record.recording_error = (loop.warning if loop else None) or self.writer.state.error
-        record.events_skipped = self.recorder.events_skipped or None
+        events = loop.events if loop else None
+        problems = [loop.warning if loop else None, self.writer.state.error, getattr(events, "tampered", None)]
+        record.recording_error = "; ".join(p for p in problems if p) or None
+        # lines that were no events (the reader's) and events that did not match the protocol (the recorder's)
+        record.events_skipped = self.recorder.events_skipped + getattr(events, "skipped", 0) or None
         record.events_dropped = self.recorder.events_dropped or None
         return stored
 

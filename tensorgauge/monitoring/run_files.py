@@ -4,7 +4,10 @@ monitor with ``mkdtemp``), holding the hook's events file and the stop request.
 Nothing is opened by a name another user could have planted: the directory is
 new and private, files are created with ``O_EXCL | O_NOFOLLOW``, and the job's
 hook opens the events file without ``O_CREAT``, so a process that outlives the
-run cannot bring it back once the directory is removed.
+run cannot bring it back once the directory is removed. The monitor opens the
+events file for reading as it makes it, before the job starts, and reads that
+file only: what the job later puts in its place is not read (see
+:class:`~tensorgauge.hook.channel.EventReader`).
 
 The directory is in RAM (``/dev/shm``) when that is a writable tmpfs with
 :data:`MIN_FREE_BYTES` free, else in the usual temporary directory: on a disk,
@@ -22,6 +25,7 @@ import shutil
 import tempfile
 import time
 
+from tensorgauge.hook.channel import EventReader
 from tensorgauge.model import Event, Sample
 
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -63,8 +67,10 @@ class RunFiles:
         self.stop_path = os.path.join(self.directory, "stop")
         if not create_private(self.events_path):
             raise OSError(f"cannot create {self.events_path}")
+        self.events = EventReader(self.events_path)  # opened now: the job has not started
 
     def remove(self) -> None:
+        self.events.close()
         shutil.rmtree(self.directory, ignore_errors=True)
 
 

@@ -183,7 +183,7 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
         if on_start:
             on_start(record)
         space = [SpaceWatch(files.directory, report)] if report else []
-        monitor = recording.monitor(Sampler(tree, sources.system, gpus, clock, t0), files.events_path,
+        monitor = recording.monitor(Sampler(tree, sources.system, gpus, clock, t0), files.events,
                                     interval_seconds, report=report, watch=watch,
                                     kill=lambda: _kill_tree(child.pid, group), observers=[*observers, *space])
         monitor.run(ended.wait)
