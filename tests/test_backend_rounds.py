@@ -12,7 +12,7 @@ from tensorgauge.model import Phase
 def test_rounds_are_consecutive_batches_of_one_epoch_and_an_epochs_first_batch_is_its_start():
     clock = fit_input.InputClock()
     t = 0.0
-    for epoch in range(2):
+    for _ in range(2):  # two epochs
         clock.new_epoch()
         for batch in range(30):
             wait = 0.5 if batch == 0 else 0.002  # the epoch's iterator starting
