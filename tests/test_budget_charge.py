@@ -115,8 +115,8 @@ def test_a_v1_charge_without_the_hierarchical_figure_uses_the_groups_own(tmp_pat
 
 
 def run_with_phases(budget: dict, phases: list[tuple[str, str, float, float]]) -> list:
-    from tensorgauge.analyse.phases import build_phases
     from tensorgauge.analyse.findings import find
+    from tensorgauge.analyse.phases import build_phases
 
     events = []
     for i, (name, kind, start, end) in enumerate(phases):

@@ -45,7 +45,7 @@ from tensorgauge.own_process import without_own
 from tensorgauge.sources import cgroup
 from tensorgauge.sources.cluster import worker_identity
 from tensorgauge.sources.process_tree import tree_pids
-from tensorgauge.sources.reaper import Adopted, set_subreaper, subreaper
+from tensorgauge.sources.reaper import Adopted, process_group, set_subreaper, subreaper
 from tensorgauge.store import Store
 
 HOOK_SITE_DIR = Path(__file__).parent.parent / "hook" / "_site"
@@ -396,13 +396,6 @@ def _set_foreground(fd: int, pgid: int) -> None:
         signal.signal(signal.SIGTTOU, old)
 
 
-def _process_group(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except OSError:
-        return None
-
-
 class _ChildEnd:
     """Waits for the child's end while passing the signals sent to the monitor on to the job's tree."""
 
@@ -419,7 +412,7 @@ class _ChildEnd:
         descendants and adopted orphans (a ``setsid`` child has a group of its own), then SIGCONT: a stopped process takes a signal only once it runs."""
         tree = dict.fromkeys([*(self.group.pids() if self.group is not None else []),
                               *tree_pids(self.pid, self.adopted)])  # one may have left the cgroup
-        members = [p for p in tree if _process_group(p) not in (self.pid, None)]  # the group's own get it once, by killpg
+        members = [p for p in tree if process_group(p) not in (self.pid, None)]  # the group's own get it once, by killpg
         for sig in (signum, signal.SIGCONT):
             try:
                 os.killpg(self.pid, sig)

@@ -35,6 +35,8 @@ def outcome(record: RunRecord) -> str:
         text = f"signal {record.signal}"
         if budget.get("stopped") and budget.get("killed_at") is not None:
             return text + " (memory budget)"  # the watchdog's kill, whatever the kernel did meanwhile
+        if record.oom_killed and budget.get("stopped"):
+            return text + " (memory budget: the kernel's OOM killer at its cgroup limit)"
         return text + " (OOM killer)" if record.oom_killed else text
     # A wrapper's child killed by the kernel while the wrapper went on to exit (the job's own cgroup counted it).
     return f"exit {record.exit_code}" + (" (OOM killer)" if record.oom_killed else "")

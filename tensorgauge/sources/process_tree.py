@@ -98,17 +98,6 @@ def _children_from_proc(pid: int) -> list[int] | None:
     return children
 
 
-def direct_children(pid: int) -> list[int]:
-    """The children of ``pid`` (of all its threads)."""
-    children = _children_from_proc(pid) if _HAVE_PROC else None
-    if children is None:
-        try:
-            return [p.pid for p in psutil.Process(pid).children()]
-        except psutil.Error:
-            return []
-    return children
-
-
 def descendants(root_pid: int) -> list[int]:
     """Every descendant of ``root_pid``, parents before children."""
     out: list[int] = []

@@ -45,10 +45,21 @@ def set_subreaper(on: bool) -> bool:
 
 
 def own_children() -> set[int]:
-    """This process's children (all its threads')."""
-    from tensorgauge.sources.process_tree import direct_children
+    """This process's children (all its threads': an orphan goes to one of them)."""
+    children: set[int] = set()
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        import psutil
 
-    return set(direct_children(os.getpid()))
+        return {p.pid for p in psutil.Process().children()}
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/children", "rb") as f:
+                children.update(int(c) for c in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return children
 
 
 def _environment_has(pid: int, entry: bytes) -> bool:
@@ -59,7 +70,8 @@ def _environment_has(pid: int, entry: bytes) -> bool:
         return False
 
 
-def _process_group(pid: int) -> int | None:
+def process_group(pid: int) -> int | None:
+    """``pid``'s process group; None once it is gone."""
     try:
         return os.getpgid(pid)
     except OSError:
@@ -85,7 +97,7 @@ class Adopted:
         for pid in own_children() - self._not_job:
             adopted = self._known.get(pid)
             if adopted is None:
-                adopted = self._known[pid] = (_process_group(pid) == self.job_pid
+                adopted = self._known[pid] = (process_group(pid) == self.job_pid
                                               or _environment_has(pid, self.run_marker))
             if adopted:
                 out.append(pid)
