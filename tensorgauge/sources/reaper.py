@@ -10,19 +10,20 @@ A process whose parent exits is re-parented to init, out of the job's tree: a da
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import functools
 import os
 import sys
 
 PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
 
 
+@functools.cache
 def _prctl():
+    """libc's ``prctl`` (from the interpreter's own symbols: no library search, which runs ldconfig)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        return libc.prctl
+        return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
 
