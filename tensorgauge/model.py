@@ -196,7 +196,8 @@ BUDGET_FIELDS = {"max_memory_bytes": "int?", "max_cpus": "number?", "max_gpu_mem
                  "soft_memory_bytes": "int?", "stopped": "bool?", "reason": "text?", "checkpoint": "text?",
                  "graceful": "bool?", "peak_bytes": "int?", "peak_t": "number?", "stop_requested_at": "number?",
                  "enforced_by": "texts?", "gpu_memory_limit": "object?", "gpu_memory_peak_bytes": "int?",
-                 "cores_busy_mean": "number?"}
+                 "cores_busy_mean": "number?", "killed_at": "number?", "memory_counted": "text?",
+                 "left_cgroup": "object?"}
 GPU_LIMIT_FIELDS = {"gpus": "int?", "error": "text?"}
 
 

@@ -26,7 +26,7 @@ def test_bad_memory_sizes(text, message):
 def test_cpus():
     assert parse_cpus("1.5", 2.0) == 1.5
     for text, message in (("0", "at least 0.01"), ("-1", "at least 0.01"), ("3", "more than the 2 CPUs"),
-                          ("many", "not a number"), ("nan", "at least 0.01"), ("inf", "at least 0.01")):
+                          ("many", "not a number"), ("nan", "not a finite number"), ("inf", "not a finite number")):
         with pytest.raises(TensorgaugeError, match=message):
             parse_cpus(text, 2.0)
 

@@ -194,8 +194,9 @@ def raised_at(events: list[Event], error: Event) -> float:
 
 
 def end_cause(record: RunRecord, events: list[Event]) -> str | None:
-    """How the job ended (:data:`END_CAUSES`); None while it runs or when the monitor did not see it."""
-    if record.oom_killed:
+    """How the job ended (:data:`END_CAUSES`); None while it runs or when the monitor did not see it. The
+    kernel's OOM kill at the budget's own cgroup limit is the budget's stop: one stop, told once."""
+    if record.oom_killed and not (record.budget or {}).get("stopped"):
         return "oom_killer"
     error = job_error(events)
     if error is not None and is_out_of_memory({"type": error.data.get("type") or error.data.get("error"),

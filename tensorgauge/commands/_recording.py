@@ -145,6 +145,7 @@ def record(command: list[str], options: RecordOptions) -> tuple[int, str]:
         if result.warning:
             return result.exit_code, result.record.run_id
         record_ = result.record
+        analysed = None
         try:  # analysed once, now, and stored with the run: reading it later costs the same however long it ran
             analysed = RunReport.load(store, record_.run_id)
             if options.json_path:
@@ -158,8 +159,15 @@ def record(command: list[str], options: RecordOptions) -> tuple[int, str]:
 
             wall = record_.wall_seconds or 0.0
             cpu = record_.cpu_seconds_total or 0.0
+            budget = record_.budget or {}
+            # Under a memory budget, its own figure (what the kernel charges): the one it acted on.
+            peak = (f"memory peak {format_bytes(budget.get('peak_bytes'))} of the "
+                    f"{format_bytes(budget['max_memory_bytes'])} budget" if budget.get("max_memory_bytes")
+                    else f"RSS peak {format_bytes(result.rss_peak_bytes)}")
             _say(err(), f"[dim]tensorgauge: run {record_.run_id}: {outcome(record_)}, {format_seconds(wall)} wall, "
-                      f"{cpu:.2f} CPU-s, {cpu / wall if wall > 0 else 0.0:.2f} cores mean, RSS peak "
-                      f"{format_bytes(result.rss_peak_bytes)}, {result.phases} phases — tensorgauge show "
-                      f"{record_.run_id}[/dim]")
+                      f"{cpu:.2f} CPU-s, {cpu / wall if wall > 0 else 0.0:.2f} cores mean, {peak}, "
+                      f"{result.phases} phases — tensorgauge show {record_.run_id}[/dim]")
+            stop = next((f for f in analysed.findings if f.id == "memory_budget"), None) if analysed else None
+            if stop is not None:
+                _say(err(), f"tensorgauge: {safe(stop.title)}. {safe(stop.fix)}", markup=False)
         return result.exit_code, result.record.run_id

@@ -145,26 +145,33 @@ class BudgetWatch:
             out += [held[k] for k in ("backstop",) if k in held]
         return out
 
-    def check(self, sample: Sample, kill_tree) -> None:
-        """Called with every sample: ask for a stop at the soft line, kill past the budget."""
+    def line_bytes(self) -> int | None:
+        """The memory figure the watch acts at next: the soft line, then the budget (None: nothing left)."""
+        if self.killed_at is not None:
+            return None
+        return self.budget.soft_memory_bytes if self.stop_requested_at is None else self.budget.max_memory_bytes
+
+    def check(self, sample: Sample, kill_tree, memory_bytes: int | None = None) -> None:
+        """Called with every sample: ask for a stop at the soft line, kill past the budget.
+        ``memory_bytes``: the tree's memory as the kernel charges it (the sample's RSS sum if None)."""
         held = [g.job_memory_bytes for g in sample.gpus if g.job_memory_bytes is not None]
         if held and sum(held) > (self.gpu_peak_bytes or 0):
             self.gpu_peak_bytes = sum(held)
-        self.check_memory(sample.rss_bytes, sample.t, kill_tree)
+        self.check_memory(sample.rss_bytes if memory_bytes is None else memory_bytes, sample.t, kill_tree)
 
-    def check_memory(self, rss_bytes: int, t: float, kill_tree) -> None:
+    def check_memory(self, memory_bytes: int, t: float, kill_tree) -> None:
         """The memory part of :meth:`check`, also called between samples while the job is near its budget."""
-        if rss_bytes > self.peak_bytes:
-            self.peak_bytes, self.peak_t = rss_bytes, t
+        if memory_bytes > self.peak_bytes:
+            self.peak_bytes, self.peak_t = memory_bytes, t
         limit, soft = self.budget.max_memory_bytes, self.budget.soft_memory_bytes
         if limit is None or soft is None:
             return
-        if rss_bytes >= soft and self.stop_requested_at is None:
+        if memory_bytes >= soft and self.stop_requested_at is None:
             self.stop_requested_at = t
-            self.reason = (f"memory reached {rss_bytes / limit:.0%} of the budget at {t:.1f} s: "
+            self.reason = (f"memory reached {memory_bytes / limit:.0%} of the budget at {t:.1f} s: "
                            "asked the job to checkpoint and stop")
             create_private(self.stop_file, f"{t}\n")
-        if rss_bytes > limit and self.killed_at is None:
+        if memory_bytes > limit and self.killed_at is None:
             self.killed_at = t
             self.reason = f"memory passed the budget at {t:.1f} s: the job was killed"
             kill_tree()
@@ -178,11 +185,14 @@ class BudgetWatch:
 
     def result(self, exit_status_signal: int | None, exit_code: int | None, oom_killed: bool,
                checkpoint: str | None, gpu_memory_limit: dict | None = None, hook_stopped: bool = False,
-               processes: list[dict] | None = None) -> dict:
+               processes: list[dict] | None = None, memory_counted: str | None = None,
+               left_cgroup: dict | None = None) -> dict:
         """The run's ``budget`` record. ``checkpoint``: the one the hook wrote (None if it failed);
         ``gpu_memory_limit``: what the hook reported when it set TensorFlow's GPU memory limit
         ({"gpus", "error"}; None: TensorFlow never started); ``hook_stopped``: the hook stopped
-        training because the monitor asked; ``processes``: the job's largest (pid, name, RSS peak).
+        training because the monitor asked; ``processes``: the job's largest (pid, name, RSS peak);
+        ``memory_counted``: what the peak counts; ``left_cgroup``: {"pid", "name", "t"} of a process of
+        the job that left its cgroup (its memory no longer capped by the kernel; watched as a tree).
         Exit 75 alone is the job's own, not a budget stop."""
         graceful = (exit_code == protocol.BUDGET_EXIT_CODE and hook_stopped
                     and self.stop_requested_at is not None and self.killed_at is None)
@@ -193,6 +203,10 @@ class BudgetWatch:
             reason = (f"the kernel killed the job{f' ({largest})' if largest else ''} at the cgroup memory limit "
                       "before it could stop")
         enforced_by = list(self.enforced_by)
+        if left_cgroup is not None and self._kernel_caps_memory:
+            enforced_by[enforced_by.index("cgroup memory limit")] = (
+                f"cgroup memory limit (until {left_cgroup.get('name') or 'a process'}, pid {left_cgroup.get('pid')}, "
+                f"left the cgroup at {left_cgroup.get('t', 0.0):.1f} s: its process tree watched from then)")
         if self.budget.max_gpu_memory_bytes is not None:
             if gpu_memory_limit and gpu_memory_limit.get("gpus") and not gpu_memory_limit.get("error"):
                 enforced_by.append("TF logical GPU memory_limit")
@@ -202,7 +216,8 @@ class BudgetWatch:
                 "stopped": stopped, "reason": reason if stopped else None,
                 "checkpoint": checkpoint if graceful else None,  # resumable only after a graceful stop
                 "graceful": graceful, "peak_bytes": self.peak_bytes,
-                "peak_t": self.peak_t, "stop_requested_at": self.stop_requested_at,
+                "peak_t": self.peak_t, "stop_requested_at": self.stop_requested_at, "killed_at": self.killed_at,
+                "memory_counted": memory_counted, "left_cgroup": left_cgroup,
                 "gpu_memory_peak_bytes": self.gpu_peak_bytes, "gpu_memory_limit": gpu_memory_limit,
                 "enforced_by": enforced_by, "processes": processes or []}
 

@@ -7,7 +7,8 @@ the monitor writes its process group (``PGID\\n``); a monitor that ends normally
 writes ``x`` and the guardian leaves; a monitor that dies (SIGKILL, a crash)
 closes the pipe without it, and the guardian stops the job's whole tree: its
 process group and every process in its cgroup, SIGTERM then, half a second
-later, SIGKILL; then it removes the run's private folder. A monitor killed
+later, SIGKILL; then, however that went, it removes the run's private folder and its cgroup folders
+(it once left before its clean-up when the job ended within the grace: 2 of 3 kills left them). A monitor killed
 between the job's fork and its word leaves no process group to stop: the
 guardian then watches the cgroup for the whole half second, where the job
 places itself before its first instruction (it once found it still empty,
@@ -74,18 +75,40 @@ def send(sig):
         except OSError:
             pass
 
-send(signal.SIGTERM)
-deadline = time.monotonic() + grace
-while time.monotonic() < deadline:
-    if pgid is None:  # killed between the job's fork and its process group's word: the job may still
-        send(signal.SIGTERM)  # be placing itself in its cgroup; it shows there within the grace
-    elif not group_alive() and not members():
-        sys.exit(0)
-    time.sleep(0.02)
-send(signal.SIGKILL)
-if os.path.basename(leftover).startswith("tensorgauge-"):  # the run's private files (in RAM): not left behind
+def clean_up():
+    # The run's private files (in RAM) and its cgroup folders: never left behind by a killed monitor.
+    # A cgroup folder goes once its last member has gone (rmdir refuses it before).
     import shutil
-    shutil.rmtree(leftover, ignore_errors=True)
+    if os.path.basename(leftover).startswith("tensorgauge-"):
+        shutil.rmtree(leftover, ignore_errors=True)
+    folders = [os.path.dirname(p) for p in filter(None, procs_files.split(os.pathsep))]
+    folders = [f for f in folders if os.path.basename(f).startswith("tensorgauge-")]
+    deadline = time.monotonic() + 2.0
+    while folders and time.monotonic() < deadline:
+        for folder in list(folders):
+            try:
+                os.rmdir(folder)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                continue
+            folders.remove(folder)
+        if folders:
+            time.sleep(0.02)
+
+try:
+    send(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if pgid is None:  # killed between the job's fork and its process group's word: the job may still
+            send(signal.SIGTERM)  # be placing itself in its cgroup; it shows there within the grace
+        elif not group_alive() and not members():
+            break
+        time.sleep(0.02)
+    else:
+        send(signal.SIGKILL)
+finally:
+    clean_up()
 """
 
 

@@ -85,7 +85,9 @@ def parse_cpus(text: str, cores_allowed: float) -> float:
         value = float(text)
     except ValueError:
         raise TensorgaugeError(f"--max-cpus: '{text}' is not a number of CPUs (examples: 1, 1.5)") from None
-    if not math.isfinite(value) or value < CPUS_MIN:
+    if not math.isfinite(value):
+        raise TensorgaugeError(f"--max-cpus: '{text}' is not a finite number of CPUs (examples: 1, 1.5)")
+    if value < CPUS_MIN:
         raise TensorgaugeError(f"--max-cpus: the budget must be at least {CPUS_MIN:g} CPUs, got {text}")
     if value > cores_allowed:
         raise TensorgaugeError(f"--max-cpus: {text} is more than the {cores_allowed:g} CPUs this job may use")

@@ -56,16 +56,21 @@ def _real_cgroup(run_id: str, allowed: bool) -> JobCgroup | None:
 
 
 def _real_tree(pid: int, run_id: str, group: JobCgroup | None) -> tuple[ProcessTree, JobCgroup | None]:
+    """The job's tree: its cgroup's members (or its /proc tree once it leaves it), else its /proc tree;
+    with the orphans of the job this process adopted as a subreaper (see the runner)."""
+    from tensorgauge.hook.protocol import RUN_ID_ENV
     from tensorgauge.sources.process_tree import CgroupProcessTree, ProcfsProcessTree, read_stat
+    from tensorgauge.sources.reaper import Adopted, own_children
 
+    adopted = Adopted(pid, f"{RUN_ID_ENV}={run_id}".encode(), own_children() - {pid})
     if group is not None:
         if group.holds(pid):  # placed before its first instruction (see the runner)
-            return CgroupProcessTree(group), group
+            return CgroupProcessTree(group, root_pid=pid, adopted=adopted), group
         before = read_stat(pid)  # the few ms the job ran before joining
         if group.add(pid):
-            return CgroupProcessTree(group, before[0] if before else 0.0), group
+            return CgroupProcessTree(group, before[0] if before else 0.0, root_pid=pid, adopted=adopted), group
         group.remove()
-    return ProcfsProcessTree(pid), None
+    return ProcfsProcessTree(pid, adopted=adopted), None
 
 
 def _real_gpus() -> Gpus:
@@ -138,8 +143,14 @@ class Monitor:
         if sample is not None:
             self.rss_peak_bytes = max(self.rss_peak_bytes, sample.rss_bytes)
             if self.watch is not None and self.kill is not None:
-                self.watch.check(sample, self.kill)
+                self.watch.check(sample, self.kill, self._charged_bytes())
         return sample
+
+    def _charged_bytes(self) -> int | None:
+        """The tree's memory as the budget counts it (what the kernel charges), read now; None: a tree
+        that cannot say (the sample's RSS is used)."""
+        charged = getattr(self.sampler.tree, "charged_bytes", None)
+        return charged(self.watch.line_bytes()) if charged is not None and self.watch is not None else None
 
     def _record(self, sample: Sample | None, force: bool) -> None:
         if sample is not None:
@@ -205,7 +216,7 @@ class Monitor:
         self._tick_safely(force=True)
 
     def _wait(self, wait_for_end: Callable[[float], bool], seconds: float) -> bool:
-        """``wait_for_end(seconds)``; near the memory budget, in slices with the tree's RSS read
+        """``wait_for_end(seconds)``; near the memory budget, in slices with the tree's memory read
         between them, so a job that allocates fast is caught between samples."""
         watch, rss_now = self.watch, getattr(self.sampler.tree, "rss_now", None)
         every = watch.close_check_seconds() if watch is not None else None
@@ -219,7 +230,9 @@ class Monitor:
                 return True
             if left <= every:
                 return False
-            rss = rss_now()
-            if rss is not None:
-                watch.check_memory(rss, self.clock.now() - self.sampler.t0, self.kill)
+            memory = self._charged_bytes()
+            if memory is None:
+                memory = rss_now()
+            if memory is not None:
+                watch.check_memory(memory, self.clock.now() - self.sampler.t0, self.kill)
 

@@ -44,7 +44,8 @@ from tensorgauge.monitoring.sampler import Sampler
 from tensorgauge.own_process import without_own
 from tensorgauge.sources import cgroup
 from tensorgauge.sources.cluster import worker_identity
-from tensorgauge.sources.process_tree import descendants
+from tensorgauge.sources.process_tree import tree_pids
+from tensorgauge.sources.reaper import Adopted, process_group, set_subreaper, subreaper
 from tensorgauge.store import Store
 
 HOOK_SITE_DIR = Path(__file__).parent.parent / "hook" / "_site"
@@ -154,6 +155,8 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     group = sources.make_cgroup(run_id, not os.environ.get(NO_CGROUP_ENV))
     if watch:
         watch.limit_cgroup(group)
+    was_subreaper = subreaper()
+    set_subreaper(True)  # the job's orphans (a daemon's double fork) stay ours to watch, stop and reap
     try:
         job_process = JobProcess.start(command, env, group, files.directory, clock, stop_grace_seconds,
                                        guarded=not keep_job_on_failure, report=report,
@@ -162,12 +165,16 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
         files.remove()
         if group is not None:
             group.remove()
+        if was_subreaper is False:
+            set_subreaper(False)
         raise TensorgaugeError(f"cannot start {command[0]}: {exc.strerror}") from None
     child, ended, t0, started_at = job_process.child, job_process.ended, job_process.t0, job_process.started_at
     gpus = None
+    adopted: Adopted | None = None
     try:
         tree, group = sources.watch_tree(child.pid, run_id, group)
-        ended.group = group
+        adopted = getattr(tree, "adopted", None)
+        ended.group, ended.adopted = group, adopted
         if watch:
             watch.apply_started(child.pid)
         paths = cgroup.cgroup_paths(child.pid)  # read now: /proc/PID goes with the job
@@ -185,7 +192,8 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
         space = [SpaceWatch(files.directory, report)] if report else []
         monitor = recording.monitor(Sampler(tree, sources.system, gpus, clock, t0), files.events,
                                     interval_seconds, report=report, watch=watch,
-                                    kill=lambda: _kill_tree(child.pid, group), observers=[*observers, *space])
+                                    kill=lambda: _kill_tree(child.pid, group, adopted),
+                                    observers=[*observers, *space])
         monitor.run(ended.wait)
         end = monitor.ended_at or clock.now()  # the job's end, not the last events' reading after it
     except BaseException:
@@ -197,6 +205,10 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
         if gpus is not None:
             gpus.close()
         job_process.release(keep=keep_job_on_failure)
+        if adopted is not None:  # under a budget, what the job left running is stopped: nothing would watch it
+            _end_orphans(adopted, stop=watch is not None and watch.budget.max_memory_bytes is not None)
+        if was_subreaper is False:
+            set_subreaper(False)
         files.remove()
     oom_after = group.oom_kills() if group else cgroup.oom_kill_count(paths)
     # The cgroup also counts children the job left running (rusage only has waited-for ones).
@@ -229,10 +241,14 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
         stops = [e for e in seen if e.kind == Kind.BUDGET_STOP]
         failed = [e for e in seen if e.kind == Kind.BUDGET_CHECKPOINT_FAILED]
         gpu = [e.data for e in seen if e.kind == Kind.BUDGET_GPU_MEMORY]
+        left = getattr(tree, "left_cgroup", None)
         record.budget = watch.result(record.signal, record.exit_code, record.oom_killed,
                                      stops[-1].data.get("checkpoint") if stops and not failed else None,
                                      {"gpus": gpu[-1].get("gpus"), "error": gpu[-1].get("error")} if gpu else None,
-                                     hook_stopped=bool(stops), processes=getattr(tree, "processes", list)())
+                                     hook_stopped=bool(stops), processes=getattr(tree, "processes", list)(),
+                                     memory_counted=getattr(tree, "memory_counted", None),
+                                     left_cgroup={"pid": left["pid"], "name": left["name"],
+                                                  "t": round(left["at"] - t0, 3)} if left else None)
         resumed = [e.data for e in seen if e.kind == Kind.BUDGET_RESUME]
         if resumed:  # where this run took up a budget stop's training again
             record.budget["resumed"] = {key: resumed[0].get(key) for key in ("checkpoint", "epoch", "step", "steps",
@@ -259,13 +275,33 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
                      phases=recording.recorder.phases_begun)
 
 
-def _kill_tree(pid: int, group) -> None:
-    """SIGKILL the job's whole tree: its process group and, with a cgroup, all its members."""
-    kill_tree(group.pids() if group else [pid, *descendants(pid)])
+def _kill_tree(pid: int, group, adopted: Adopted | None = None) -> None:
+    """SIGKILL the job's whole tree: its process group, its cgroup's members, its descendants (one may
+    have left the cgroup) and the orphans adopted from it."""
+    kill_tree(list(dict.fromkeys([*(group.pids() if group else []), *tree_pids(pid, adopted)])))
     try:
         os.killpg(pid, signal.SIGKILL)
     except OSError:
         pass
+
+
+ORPHAN_GRACE_SECONDS = 0.5
+
+
+def _end_orphans(adopted: Adopted, stop: bool) -> None:
+    """Reap the job's adopted orphans that ended; with ``stop``, SIGTERM those still running (with
+    their descendants), SIGKILL what is left after :data:`ORPHAN_GRACE_SECONDS`, and reap them."""
+    if stop:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            pids = [p for orphan in adopted.pids() for p in tree_pids(orphan)]
+            deadline = time.monotonic() + (ORPHAN_GRACE_SECONDS if sig == signal.SIGTERM else 1.0)
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, sig)
+                    os.kill(pid, signal.SIGCONT)
+            while pids and adopted.pids() and time.monotonic() < deadline:
+                time.sleep(0.02)
+    adopted.reap()
 
 
 def _stop_tree(ended: _ChildEnd, grace_seconds: float = 3.0) -> None:
@@ -276,7 +312,7 @@ def _stop_tree(ended: _ChildEnd, grace_seconds: float = 3.0) -> None:
         if ended._reap():
             break
         time.sleep(0.02)
-    _kill_tree(ended.pid, ended.group)
+    _kill_tree(ended.pid, ended.group, ended.adopted)
     ended.wait(None)
 
 
@@ -367,19 +403,13 @@ def _set_foreground(fd: int, pgid: int) -> None:
         signal.signal(signal.SIGTTOU, old)
 
 
-def _process_group(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except OSError:
-        return None
-
-
 class _ChildEnd:
     """Waits for the child's end while passing the signals sent to the monitor on to the job's tree."""
 
     def __init__(self, pid: int, group=None, grace_seconds: float = STOP_GRACE_SECONDS,
                  report: Callable[[str], None] | None = None):
         self.pid, self.group, self.grace_seconds, self.report = pid, group, grace_seconds, report
+        self.adopted: Adopted | None = None  # the job's orphans this monitor adopted
         self.status: int | None = None
         self.rusage: Any = None  # resource.struct_rusage once reaped
         self.terminate_at: float | None = None  # when the first stop signal (SIGTERM or SIGINT) was passed on
@@ -397,10 +427,11 @@ class _ChildEnd:
             self.terminate_at, self.stop_signal = time.monotonic(), signum
 
     def _pass_on(self, signum: int) -> None:
-        """``signum`` to the job's process group and to every member of its cgroup, or each of its
-        descendants without one (a ``setsid`` child has a group of its own), then SIGCONT: a stopped process takes a signal only once it runs."""
-        members = [p for p in (self.group.pids() if self.group is not None else descendants(self.pid))
-                   if _process_group(p) not in (self.pid, None)]  # the group's own get it once, by killpg
+        """``signum`` to the job's process group and to every member of its cgroup and each of its
+        descendants and adopted orphans (a ``setsid`` child has a group of its own), then SIGCONT: a stopped process takes a signal only once it runs."""
+        tree = dict.fromkeys([*(self.group.pids() if self.group is not None else []),
+                              *tree_pids(self.pid, self.adopted)])  # one may have left the cgroup
+        members = [p for p in tree if process_group(p) not in (self.pid, None)]  # the group's own get it once, by killpg
         for sig in (signum, signal.SIGCONT):
             try:
                 os.killpg(self.pid, sig)
@@ -431,7 +462,7 @@ class _ChildEnd:
         if self.report is not None and self.status is None:
             self.report(f"{why}: killing the job's process tree")
         self._pass_on(signal.SIGTERM)
-        _kill_tree(self.pid, self.group)
+        _kill_tree(self.pid, self.group, self.adopted)
 
     def _reap(self) -> bool:
         if self.status is not None:

@@ -30,8 +30,13 @@ def outcome(record: RunRecord) -> str:
     """'exit 0', 'signal 9 (OOM killer)', 'running or interrupted'."""
     if not record.complete:
         return "incomplete"
+    budget = record.budget or {}
     if record.signal is not None:
         text = f"signal {record.signal}"
+        if budget.get("stopped") and budget.get("killed_at") is not None:
+            return text + " (memory budget)"  # the watchdog's kill, whatever the kernel did meanwhile
+        if record.oom_killed and budget.get("stopped"):
+            return text + " (memory budget: the kernel's OOM killer at its cgroup limit)"
         return text + " (OOM killer)" if record.oom_killed else text
     # A wrapper's child killed by the kernel while the wrapper went on to exit (the job's own cgroup counted it).
     return f"exit {record.exit_code}" + (" (OOM killer)" if record.oom_killed else "")
@@ -114,7 +119,9 @@ def gpu_budget_note(budget: dict) -> str:
 def render_budget(console: Console, budget: dict) -> None:
     parts = []
     if budget.get("max_memory_bytes"):
-        parts.append(f"memory {format_bytes(budget['max_memory_bytes'])} (peak {format_bytes(budget.get('peak_bytes'))})")
+        counted = f", {budget['memory_counted']}" if budget.get("memory_counted") else ""
+        parts.append(f"memory {format_bytes(budget['max_memory_bytes'])} (peak {format_bytes(budget.get('peak_bytes'))}"
+                     f"{safe(counted)})")
     cpus, used = budget.get("max_cpus"), budget.get("cores_busy_mean")
     if cpus:
         over = used is not None and used > cpus * 1.05

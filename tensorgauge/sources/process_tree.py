@@ -18,7 +18,13 @@ not notice being watched.
 - Descendants are found through ``/proc/PID/task/TID/children`` (~50 us;
   psutil's ``children(recursive=True)`` scans every process, ~2 ms), re-listed
   at most every ``refresh_seconds``.
-- I/O counters and USS/PSS use psutil, and the sampler asks for them rarely.
+- I/O counters use psutil, USS/PSS ``/proc/PID/smaps_rollup``; the sampler asks for them rarely.
+
+What a memory budget counts (:meth:`charged_bytes`) is what the kernel charges: the cgroup's own
+charge where the tree is a cgroup's, else RSS with pages shared between the tree's processes counted
+once (:mod:`.shared_memory`). A job that leaves its cgroup (writes its pid into another's
+``cgroup.procs``) is seen leaving, and watched as a process tree from then (``left_cgroup``).
+Orphans the monitor adopted as a subreaper (:mod:`.reaper`) are part of the tree.
 
 Where /proc is missing (not Linux) everything falls back to psutil. CPU time
 of processes that ended is kept through their parent's children times once
@@ -33,6 +39,8 @@ import os
 import psutil
 
 from tensorgauge.sources import TreeReading
+from tensorgauge.sources.reaper import Adopted
+from tensorgauge.sources.shared_memory import SharedOnce, read_rollup
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -134,7 +142,11 @@ class _Tree:
     """What both trees share: I/O counters and USS/PSS through psutil, for ``_pids``, and the
     largest processes seen."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock=None) -> None:
+        from tensorgauge.sources.clock import MonotonicClock
+
+        self._clock = clock or MonotonicClock()
+        self._shared = SharedOnce(self._clock.now)
         self._pids: list[int] = []
         self._cpu_max = 0.0
         self._psutil: dict[int, psutil.Process] = {}  # kept: psutil caches per-object state
@@ -202,37 +214,65 @@ class _Tree:
         return total
 
     def read_private(self) -> tuple[int | None, int | None]:
+        """(USS, PSS) of the tree: ``smaps_rollup`` (psutil where /proc has none); the PSS also
+        refreshes what the budget counts (:class:`~.shared_memory.SharedOnce`)."""
         uss = pss = 0
+        rss, pss_by_pid = {}, {}
         for pid in self._pids:
-            proc = self._process(pid)
-            try:
-                full = proc.memory_full_info() if proc else None
-            except psutil.Error:
-                full = None
-            if full is None:
-                return None, None
-            uss += full.uss
-            pss += getattr(full, "pss", 0)
-        return (uss, pss) if self._pids else (None, None)
+            private = read_rollup(pid) if _HAVE_PROC else None
+            if private is None:
+                proc = self._process(pid)
+                try:
+                    full = proc.memory_full_info() if proc else None
+                except psutil.Error:
+                    full = None
+                if full is None:
+                    return None, None
+                private = (full.uss, getattr(full, "pss", 0))
+            uss += private[0]
+            pss += private[1]
+            pss_by_pid[pid] = private[1]
+            rss[pid] = read_rss(pid) or private[1]
+        if not self._pids:
+            return None, None
+        self._shared.rebase(rss, pss_by_pid)
+        return uss, pss
+
+    def charged_bytes(self, line_bytes: int | None) -> int | None:
+        """The tree's memory as the kernel charges it, read now: RSS, pages its processes share counted
+        once (see :class:`~.shared_memory.SharedOnce`; ``line_bytes``: where the caller acts)."""
+        rss = {pid: r for pid in self._pids if (r := read_rss(pid)) is not None}
+        return self._shared.charged(rss, line_bytes) if rss else None
+
+    memory_counted = "RSS, pages shared between the job's processes counted once (PSS)"
+
+
+def tree_pids(root_pid: int, adopted: Adopted | None = None) -> list[int]:
+    """``root_pid``, its descendants, and the orphans adopted from its tree with theirs."""
+    pids = [root_pid, *descendants(root_pid)]
+    for orphan in adopted.pids() if adopted is not None else []:
+        pids += [orphan, *descendants(orphan)]
+    return list(dict.fromkeys(pids))
 
 
 class ProcfsProcessTree(_Tree):
-    def __init__(self, root_pid: int, refresh_seconds: float = 1.0, clock=None):
-        from tensorgauge.sources.clock import MonotonicClock
-
-        super().__init__()
-        self._clock = clock or MonotonicClock()
+    def __init__(self, root_pid: int, refresh_seconds: float = 1.0, clock=None, adopted: Adopted | None = None):
+        """``adopted``: the job's orphans this monitor adopted (see :mod:`.reaper`), watched too."""
+        super().__init__(clock)
         self._refresh_seconds = refresh_seconds
         self._next_refresh = 0.0
-        self.root_pid = root_pid
+        self.root_pid, self.adopted = root_pid, adopted
         self._pids = [root_pid]
 
     def _refresh(self) -> None:
         now = self._clock.now()
         if now >= self._next_refresh:
             self._next_refresh = now + self._refresh_seconds
-            self._pids = [self.root_pid] + descendants(self.root_pid)
+            self._pids = tree_pids(self.root_pid, self.adopted)
             self._forget_ended()
+        elif self.adopted is not None:  # an orphan at once (~50 us: the monitor's own children), not a second later
+            self._pids += [p for orphan in self.adopted.pids() if orphan not in self._pids
+                           for p in (orphan, *descendants(orphan))]
 
     def read(self, io: bool = True) -> TreeReading | None:
         self._refresh()
@@ -257,23 +297,64 @@ class ProcfsProcessTree(_Tree):
                            open_fds=self._open_fds(alive) if io else None, pids=tuple(alive))
 
 
-class CgroupProcessTree(_Tree):
-    """The job's tree as the members of its own cgroup (see :class:`~.cgroup.JobCgroup`)."""
+LEFT_CHECK_SECONDS = 1.0  # how often the tree's processes are checked to be members of the cgroup
 
-    def __init__(self, group, cpu_before_seconds: float = 0.0):
+
+class CgroupProcessTree(_Tree):
+    """The job's tree as the members of its own cgroup (see :class:`~.cgroup.JobCgroup`).
+
+    With ``root_pid``, a job (or any process of its tree) that leaves the cgroup is found (the job at
+    each reading, the rest every :data:`LEFT_CHECK_SECONDS`), said in :attr:`left_cgroup`, and the
+    tree is watched through /proc from then (:class:`ProcfsProcessTree`, its adopted orphans too)."""
+
+    def __init__(self, group, cpu_before_seconds: float = 0.0, root_pid: int | None = None, clock=None,
+                 adopted: Adopted | None = None):
         """``cpu_before_seconds``: what the job used before it was moved into ``group``."""
-        super().__init__()
+        super().__init__(clock)
         self.group = group
         self.cpu_before_seconds = cpu_before_seconds
+        self.root_pid, self.adopted = root_pid, adopted
+        self.left_cgroup: dict | None = None  # {"pid", "name", "at"} (``at`` on the clock) once one left
+        self._outside: ProcfsProcessTree | None = None
+        self._next_check = 0.0
+
+    def _left(self, members: list[int]) -> int | None:
+        """A process of the job's tree that is not in its cgroup, if any."""
+        if self.root_pid is None:
+            return None
+        inside = set(members)
+        if self.root_pid not in inside:
+            return self.root_pid if read_stat(self.root_pid) is not None else None
+        now = self._clock.now()
+        if now < self._next_check:
+            return None
+        self._next_check = now + LEFT_CHECK_SECONDS
+        return next((pid for pid in tree_pids(self.root_pid, self.adopted)
+                     if pid not in inside and read_stat(pid) is not None), None)
+
+    def _watch_outside(self, pid: int) -> None:
+        self.left_cgroup = {"pid": pid, "name": read_name(pid), "at": self._clock.now()}
+        assert self.root_pid is not None
+        self._outside = ProcfsProcessTree(self.root_pid, clock=self._clock, adopted=self.adopted)
 
     def read(self, io: bool = True) -> TreeReading | None:
+        members = self.group.pids()
+        if self._outside is None and (gone := self._left(members)) is not None:
+            self._watch_outside(gone)
+        cpu = self.group.cpu_seconds()
+        if self._outside is not None:
+            reading = self._outside.read(io)
+            if reading is not None:  # what stayed in the cgroup counts too (more CPU than /proc's waited-for)
+                reading.cpu_seconds = self._monotonic_cpu(max(reading.cpu_seconds,
+                                                              self.cpu_before_seconds + (cpu or 0.0)))
+                self._pids = list(reading.pids)
+            return reading
         # A member with no resident memory has exited and waits to be reaped (a zombie): not counted.
-        resident = [(pid, rss) for pid in self.group.pids() if (rss := read_rss(pid))]
+        resident = [(pid, rss) for pid in members if (rss := read_rss(pid))]
         self._pids = [pid for pid, _ in resident]
         for pid, rss in resident:
             self._note(pid, rss)
         self._forget_ended()
-        cpu = self.group.cpu_seconds()
         if not self._pids or cpu is None:
             return None
         rss = sum(r for _, r in resident)
@@ -283,3 +364,26 @@ class CgroupProcessTree(_Tree):
                            threads=threads, processes=len(self._pids), read_bytes=read_bytes,
                            write_bytes=write_bytes, open_fds=self._open_fds(self._pids) if io else None,
                            pids=tuple(self._pids))
+
+    def processes(self, count: int = 5) -> list[dict]:
+        if self._outside is None:
+            return super().processes(count)
+        peaks = {p["pid"]: p for p in super().processes(count) + self._outside.processes(count)}
+        return sorted(peaks.values(), key=lambda p: -p["rss_peak_bytes"])[:count]
+
+    def read_private(self) -> tuple[int | None, int | None]:
+        return self._outside.read_private() if self._outside is not None else super().read_private()
+
+    def charged_bytes(self, line_bytes: int | None) -> int | None:
+        """The cgroup's charge (its working set); the tree's own count once the job left the cgroup,
+        or where the cgroup has no memory controller."""
+        if self._outside is not None:
+            return self._outside.charged_bytes(line_bytes)
+        charged = self.group.memory_charged_bytes()
+        return charged if charged is not None else super().charged_bytes(line_bytes)
+
+    @property
+    def memory_counted(self) -> str:  # type: ignore[override]
+        if self._outside is None and self.group.memory_dir is not None:
+            return "the cgroup's charge (its usage less inactive file cache)"
+        return _Tree.memory_counted

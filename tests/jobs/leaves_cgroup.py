@@ -1,0 +1,27 @@
+"""A job that leaves the cgroup it was placed in (writes its pid into the parent cgroup's
+cgroup.procs, in every hierarchy it can), then allocates 600 MiB and keeps it a while.
+
+    python leaves_cgroup.py [MIB] [SECONDS]"""
+
+import os
+import sys
+import time
+
+left = []
+with open("/proc/self/cgroup") as f:
+    for line in f:
+        _, controllers, path = line.rstrip("\n").split(":", 2)
+        mount = "/sys/fs/cgroup/" + (controllers.replace("name=", "") or "unified")
+        parent = os.path.dirname(path.rstrip("/")) if path.strip("/") else None
+        if parent is None or not controllers or not os.path.isdir(mount):
+            continue
+        try:
+            with open(os.path.join(mount + parent, "cgroup.procs"), "w") as procs:
+                procs.write(str(os.getpid()))
+            left.append(controllers)
+        except OSError:
+            pass
+print("left", ",".join(left) or "nothing", flush=True)
+held = bytearray((int(sys.argv[1]) if len(sys.argv) > 1 else 600) << 20)
+held[::4096] = b"\x01" * len(held[::4096])
+time.sleep(float(sys.argv[2]) if len(sys.argv) > 2 else 3.0)
