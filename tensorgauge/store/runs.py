@@ -42,6 +42,16 @@ _UPSERT_RUN = ("INSERT INTO runs (run_id, started_at, record) VALUES (?, ?, ?) "
                "ON CONFLICT (run_id) DO UPDATE SET started_at = excluded.started_at, record = excluded.record")
 
 
+class WindowTooLargeError(StoreError):
+    """The samples asked for would decode to more than the caller allows."""
+
+    def __init__(self, size: Any, max_bytes: int, start: float | None, end: float | None) -> None:
+        from tensorgauge.units import format_bytes
+
+        stretch = f" from {start or 0.0:g} s to {end:g} s" if end is not None else ""
+        super().__init__(f"the samples{stretch} decode to more than {format_bytes(max_bytes)} (at least {size}, "
+                         f"{format_bytes(size.bytes)}); ask for a shorter stretch of the run")
+
 
 class Store:
     """Runs, samples and events in SQLite (a path) or PostgreSQL (a ``postgresql://`` URL)."""
@@ -234,8 +244,11 @@ class Store:
             raise UnknownRunError(f"'{ref}' matches {len(rows)} runs; give more of the id")
         return _record(rows[0][0], self.location)
 
-    def series(self, run_id: str, start: float | None = None, end: float | None = None) -> SampleSeries:
-        """The run's samples (those with ``start <= t <= end``) as columns, at full resolution."""
+    def series(self, run_id: str, start: float | None = None, end: float | None = None,
+               max_bytes: int | None = None) -> SampleSeries:
+        """The run's samples (those with ``start <= t <= end``) as columns, at full resolution. With
+        ``max_bytes``, :class:`WindowTooLargeError` when the chunks they lie in decode to more (their
+        headers are read first: nothing is decoded then)."""
         import numpy as np
 
         from tensorgauge.series import SampleSeries
@@ -249,13 +262,24 @@ class Store:
             window, args = window + " AND first_t <= ?", args + [end]
         parts = []
         if self.backend.chunked:
-            for (blob,) in self._query(f"SELECT data FROM sample_chunks WHERE run_id = ?{window} ORDER BY first_t",
-                                       tuple(args)):
-                try:
-                    parts.append(chunks.decode(bytes(blob)))
-                except Exception as exc:  # zstd's error, a truncated blob: one message, not a traceback
-                    raise StoreError(f"store {self.location} holds a damaged sample chunk "
-                                     f"({type(exc).__name__}: {exc})") from None
+            found = self._query(f"SELECT data FROM sample_chunks WHERE run_id = ?{window} ORDER BY first_t",
+                                tuple(args))
+            try:
+                blobs = [bytes(b) for (b,) in found]
+                del found
+                if max_bytes is not None:
+                    size = chunks.DecodedSize()
+                    for blob in blobs:
+                        if size.add(chunks.header(blob)) > max_bytes:
+                            raise WindowTooLargeError(size, max_bytes, start, end)
+                for i, blob in enumerate(blobs):
+                    blobs[i] = b""  # decoded: let go
+                    parts.append(chunks.decode(blob))
+            except WindowTooLargeError:
+                raise
+            except Exception as exc:  # zstd's error, a truncated blob: one message, not a traceback
+                raise StoreError(f"store {self.location} holds a damaged sample chunk "
+                                 f"({type(exc).__name__}: {exc})") from None
         rows = self._query(f"SELECT {_SAMPLE_NAMES} FROM samples WHERE run_id = ?"
                            + (" AND t >= ?" if start is not None else "") + (" AND t <= ?" if end is not None else "")
                            + " ORDER BY t", tuple(a for a in (run_id, start, end) if a is not None))
@@ -267,9 +291,10 @@ class Store:
             series = series.between(-np.inf if start is None else start, np.inf if end is None else end)
         return series
 
-    def samples(self, run_id: str, start: float | None = None, end: float | None = None) -> list[Sample]:
+    def samples(self, run_id: str, start: float | None = None, end: float | None = None,
+                max_bytes: int | None = None) -> list[Sample]:
         """The run's samples as records: for a window, or a short run (a day is 864,000 of them)."""
-        return self.series(run_id, start, end).to_samples()
+        return self.series(run_id, start, end, max_bytes).to_samples()
 
     def sample_blobs(self, run_id: str) -> list[bytes]:
         """The run's samples as compressed chunks: those stored, and its rows (not yet chunked) encoded."""

@@ -1,0 +1,93 @@
+"""Hostile bundles and stores (issue 34): what a crafted file may make the tool decode, numbers
+too long to convert, planted folders and stores, secrets in store locations. Each command runs
+as its own process: its exit code, its one line, and (for the decoded size) its peak memory."""
+
+import base64
+import json
+import os
+import resource
+import struct
+import subprocess
+import sys
+
+import zstandard
+
+from tensorgauge.analyse.run_report import RunReport, analysis_key
+from tensorgauge.model import RunRecord
+from tensorgauge.series import SCALARS, SampleSeries
+from tensorgauge.store import Store
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CRAFTED_SAMPLES, CRAFTED_CPUS, CRAFTED_CHUNKS = 100_000, 640, 3  # each chunk within a header's bounds
+
+
+def tensorgauge(*args: str, memory_limit: int = 3 << 30) -> tuple[int, str, int]:
+    """(exit code, stderr, peak RSS in bytes) of ``python -m tensorgauge ARGS`` in a process of its own
+    (its address space capped, so that a regression fails with MemoryError, not by filling the machine)."""
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    proc = subprocess.Popen([sys.executable, "-m", "tensorgauge", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, env=env, preexec_fn=cap)
+    err = proc.stderr.read().decode(errors="replace")
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, err, usage.ru_maxrss << 10
+
+
+def zero_chunk(samples: int, cpus: int) -> bytes:
+    """A chunk of ``samples`` samples of ``cpus`` CPUs, every value 0: ~20 KB that decode to 0.5 GB."""
+    columns = [[name, "delta0", samples * 8] for name in SCALARS]
+    columns += [["cpu_percent", "delta0", samples * cpus * 8], ["cpu_count", "delta0", samples * 8]]
+    head = json.dumps({"count": samples, "cpus": cpus, "gpu_index": [], "gpu_names": [],
+                       "columns": columns}).encode()
+    writer = zstandard.ZstdCompressor().compressobj()
+    total = sum(c[2] for c in columns)
+    zeros = bytes(1 << 20)
+    frame = b"".join(writer.compress(zeros) for _ in range(total >> 20))
+    frame += writer.compress(bytes(total & ((1 << 20) - 1))) + writer.flush()
+    return b"TGC1" + struct.pack("<I", len(head)) + head + frame
+
+
+def crafted_record() -> RunRecord:
+    return RunRecord(run_id="zeros", command=["true"], started_at="2026-01-01T00:00:00+00:00",
+                     wall_seconds=5.0, complete=True)
+
+
+def test_a_bundle_that_decodes_past_the_bound_is_refused_before_decoding(tmp_path):
+    """91 KB of chunks within their headers' bounds decoded to 4 GiB (``import`` 4.1 GiB; 8 chunks
+    here took 52 s and 8.6 GB): every header is read first and the total bounded."""
+    blob = base64.b64encode(zero_chunk(CRAFTED_SAMPLES, CRAFTED_CPUS)).decode()
+    path = tmp_path / "zeros.json"
+    path.write_text(json.dumps({"schema": "tensorgauge.bundle/2", "run": crafted_record().to_dict(),
+                                "sample_chunks": [blob] * CRAFTED_CHUNKS, "events": []}))
+    assert path.stat().st_size < 100_000
+    code, err, peak = tensorgauge("import", "--store", str(tmp_path / "s.db"), str(path))
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "decode to 1.5 GiB (300,000 samples x 640 CPUs), more than a bundle's may (1.0 GiB)" in err
+    assert peak < 400 << 20  # not the 1.5 GB it declares
+    assert not Store.open(tmp_path / "s.db").runs()
+
+
+def test_a_shown_window_is_bounded_by_what_its_chunks_decode_to(tmp_path):
+    """A run whose chunks put 300,000 samples of 640 CPUs in its first 5 s: ``show --from 0 --to 5``
+    took 39 s and 3.1 GB (here, with 8 chunks, 224 s until the kernel killed it at 23 GB)."""
+    record = crafted_record()
+    store = Store.open(tmp_path / "s.db")
+    analysis = (analysis_key(record), RunReport.build(record, SampleSeries.empty(), []).analysis())
+    blob = zero_chunk(CRAFTED_SAMPLES, CRAFTED_CPUS)
+    store.import_run(record, SampleSeries.empty(), [], analysis=analysis,
+                     chunk_rows=[(0.0, 5.0, CRAFTED_SAMPLES, 0, blob)] * CRAFTED_CHUNKS)
+    store.close()
+    for command in (["show", "zeros", "--from", "0", "--to", "5"],
+                    ["report", "zeros", "--from", "0", "--to", "5", "-o", str(tmp_path / "r.html")]):
+        code, err, peak = tensorgauge(*command, "--store", str(tmp_path / "s.db"))
+        assert code == 2, err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+        assert ("samples from 0 s to 5 s decode to more than 128.0 MiB (at least 100,000 samples x 640 CPUs, "
+                "500.5 MiB)") in err
+        assert "shorter stretch" in err
+        assert peak < 400 << 20
+    assert tensorgauge("show", "zeros", "--store", str(tmp_path / "s.db"))[0] == 0  # the run itself still shows
