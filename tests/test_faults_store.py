@@ -10,9 +10,11 @@ import struct
 import subprocess
 import sys
 
+import pytest
 import zstandard
 
 from tensorgauge.analyse.run_report import RunReport, analysis_key
+from tensorgauge.cli import main
 from tensorgauge.model import RunRecord
 from tensorgauge.series import SCALARS, SampleSeries
 from tensorgauge.store import Store
@@ -91,3 +93,45 @@ def test_a_shown_window_is_bounded_by_what_its_chunks_decode_to(tmp_path):
         assert "shorter stretch" in err
         assert peak < 400 << 20
     assert tensorgauge("show", "zeros", "--store", str(tmp_path / "s.db"))[0] == 0  # the run itself still shows
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """A short recorded run ``work``, its bundle, and a named baseline of it."""
+    folder = tmp_path_factory.mktemp("recorded")
+    store = folder / "runs.db"
+    assert main(["run", "-q", "--store", str(store), "--name", "work", "--", sys.executable, "-c",
+                 "import time; time.sleep(0.3)"]) == 0
+    assert main(["export", "--store", str(store), "work", "-o", str(folder / "work.json")]) == 0
+    assert main(["baseline", "--store", str(store), "save", "base", "work"]) == 0
+    return store, folder / "work.json", next((folder / "baselines").glob("base*.json"))
+
+
+@pytest.mark.parametrize("digits, field, said", [
+    (5000, "exit_code", "holds an integer too long to be a figure of a run (more than 4300 digits)"),
+    (400, "wall_seconds", "run.wall_seconds is not a number"),  # parsed, but past any float
+])
+def test_an_integer_of_thousands_of_digits_is_refused_by_import_check_and_compare(recorded, tmp_path, capsys,
+                                                                                  digits, field, said):
+    """A 5,000-digit integer gave a traceback from all three (and check's exit 1 said "regression")."""
+    store, bundle, baseline = recorded
+    doc = json.loads(bundle.read_text())
+    doc["run"][field] = 10 ** (digits - 1)
+    sys.set_int_max_str_digits(0)  # the test writes it; tensorgauge reads it under Python's default bound
+    try:
+        text = json.dumps(doc)
+    finally:
+        sys.set_int_max_str_digits(4300)
+    hostile = tmp_path / "hostile.json"
+    hostile.write_text(text)
+    original = baseline.read_text()
+    baseline.write_text(text)
+    try:
+        for command in (["import", str(hostile)], ["check", "work", "--against", "base"], ["compare", "work",
+                                                                                             str(hostile)]):
+            capsys.readouterr()
+            assert main([*command, "--store", str(store if command[0] != "import" else tmp_path / "i.db")]) == 2
+            err = capsys.readouterr().err
+            assert said in err and len(err.strip().splitlines()) == 1, (command, err)
+    finally:
+        baseline.write_text(original)

@@ -168,7 +168,7 @@ def _chunks(texts: list, rows: list[tuple]) -> SampleSeries:
         blob = _blob(text, where)
         try:
             part = chunks.decode(blob)
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, OverflowError) as exc:
             raise ValidationError(f"{where} is not a sample chunk ({str(exc)[:80]})") from None
         except Exception as exc:  # zstd's own error for a damaged frame
             raise ValidationError(f"{where} is damaged ({type(exc).__name__})") from None
@@ -204,7 +204,7 @@ def _header(text: Any, where: str) -> dict:
     """The header of the chunk ``text`` holds (its bounds checked), the payload left compressed."""
     try:
         return chunks.header(_blob(text, where))
-    except (ValueError, KeyError, TypeError, struct.error) as exc:
+    except (ValueError, KeyError, TypeError, OverflowError, struct.error) as exc:
         raise ValidationError(f"{where} is not a sample chunk ({str(exc)[:80]})") from None
 
 
@@ -268,6 +268,9 @@ def _parse(text: str | bytes, where: str) -> Any:
         raise BundleError(f"{where} is not a bundle, or it is truncated ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:
         raise BundleError(f"{where} is nested too deeply to be a bundle") from None
+    except ValueError:  # Python's own bound on an integer's digits (sys.get_int_max_str_digits)
+        raise BundleError(f"{where} holds an integer too long to be a figure of a run "
+                          f"(more than {getattr(sys, 'get_int_max_str_digits', lambda: 4300)()} digits)") from None
 
 
 def _checked(doc: Any, where: str) -> Bundle:
