@@ -135,3 +135,87 @@ def test_an_integer_of_thousands_of_digits_is_refused_by_import_check_and_compar
             assert said in err and len(err.strip().splitlines()) == 1, (command, err)
     finally:
         baseline.write_text(original)
+
+
+NOBODY = 65534  # another user, as root can make one
+JOB = "open('ran', 'w').close()"
+
+
+def _record(store, *options):
+    return main(["run", "-q", "--store", str(store), *options, "--", sys.executable, "-c", JOB])
+
+
+@pytest.mark.parametrize("plant", ["world-writable", "another user's", "another user's -wal"])
+def test_a_store_planted_in_a_shared_folder_is_not_recorded_into(tmp_path, monkeypatch, capsys, plant):
+    """Another user pre-created the store as a 0666 file: the runs went into it."""
+    monkeypatch.chdir(tmp_path)
+    store = tmp_path / "shared" / "runs.db"
+    store.parent.mkdir()
+    Store.open(store).close()  # a valid store, as a planted one would be
+    planted = store if plant != "another user's -wal" else tmp_path / "shared" / "runs.db-wal"
+    planted.touch()
+    if plant == "world-writable":
+        planted.chmod(0o666)
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("making a file another user's takes root")
+        os.chown(planted, NOBODY, NOBODY)
+    assert _record(store) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "give a store of your own with --store" in err
+    assert ("can be written by other users (mode 0666)" if plant == "world-writable" else
+            "belongs to another user") in err
+    assert not (tmp_path / "ran").exists()
+    assert main(["runs", "--store", str(store)]) == 0  # reading it is still fine
+
+
+@pytest.mark.parametrize("plant", ["symlink", "0777 folder", "another user's folder", "another user's checkpoints"])
+def test_a_planted_default_checkpoint_folder_is_refused(tmp_path, monkeypatch, capsys, plant):
+    """Another user planted ``checkpoints/<key>`` beside a shared store (a link to their folder, or a
+    folder all can write): the job's checkpoint went there."""
+    from tensorgauge.commands._recording import default_checkpoint_dir
+
+    monkeypatch.chdir(tmp_path)
+    store = tmp_path / "shared" / "runs.db"
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    folder = default_checkpoint_dir(store.parent, [sys.executable, "-c", JOB])
+    folder.parent.mkdir(parents=True)
+    if plant == "symlink":
+        folder.symlink_to(theirs)
+    elif plant == "0777 folder":
+        folder.mkdir()
+        folder.chmod(0o777)
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("making a folder another user's takes root")
+        folder.mkdir()
+        os.chown(folder if plant == "another user's folder" else folder.parent, NOBODY, NOBODY)
+    assert _record(store, "--max-memory", "1GiB") == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "remove it, or give --checkpoint DIR" in err
+    assert {"symlink": "is a symbolic link", "0777 folder": "can be written by other users (mode 0777)"}.get(
+        plant, "belongs to another user (nobody)") in err
+    assert not (tmp_path / "ran").exists() and not list(theirs.iterdir())
+
+
+def test_a_checkpoint_folder_of_another_user_is_refused_and_ones_own_is_used(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    store = tmp_path / "runs.db"
+    assert _record(store, "--max-memory", "1GiB") == 0  # the default folder, made by the tool: used
+    made = next((tmp_path / "checkpoints").iterdir())
+    assert made.is_dir() and made.stat().st_mode & 0o777 == 0o700
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o1777)  # as /tmp: others can write, but not take or replace what is not theirs
+    assert _record(store, "--max-memory", "1GiB", "--checkpoint", str(sticky)) == 0
+    if os.geteuid() != 0:
+        pytest.skip("making a folder another user's takes root")
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    os.chown(foreign, NOBODY, NOBODY)
+    capsys.readouterr()
+    assert _record(store, "--max-memory", "1GiB", "--checkpoint", str(foreign)) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert f"--checkpoint: {foreign} belongs to another user (nobody)" in err
