@@ -219,3 +219,35 @@ def test_a_checkpoint_folder_of_another_user_is_refused_and_ones_own_is_used(tmp
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1
     assert f"--checkpoint: {foreign} belongs to another user (nobody)" in err
+
+
+@pytest.mark.parametrize("url", [
+    "postgresql://me:s3cretpw@[bad/runs",  # libpq quotes the whole URI
+    "postgresql://me:s3c@retpw@127.0.0.1:1/runs",  # an '@' in the password: libpq takes 'retpw@...' as the host
+    "postgresql://me:s3c/retpw@127.0.0.1:1/runs",  # a '/' in it: libpq takes 'me' as the host
+    "postgresql://me:s3cret%zzpw@127.0.0.1:1/runs",  # a bad escape: libpq quotes the password
+    "postgresql://me@127.0.0.1:1/runs?password=s3cretpw&bogus=1",
+])
+def test_a_malformed_postgres_url_never_shows_its_password(url, capsys):
+    """libpq's error for a malformed URL echoed it whole, password included."""
+    pytest.importorskip("psycopg", reason="the [postgres] extra is not installed")
+    for command in (["runs"], ["show", "x"], ["run", "-q", "--", "true"]):
+        assert main([command[0], "--store", url, *command[1:]]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "***" in err, err
+        for piece in ("s3c", "retpw", "zzpw"):
+            assert piece not in err, err
+
+
+def test_a_libpq_key_value_string_is_refused_not_made_a_file(tmp_path, monkeypatch, capsys):
+    """``host=... password=...`` was taken as a SQLite path: a file named with the password."""
+    monkeypatch.chdir(tmp_path)
+    conninfo = "host=127.0.0.1 port=1 dbname=runs password=s3cretpw"
+    assert main(["run", "-q", "--store", conninfo, "--", sys.executable, "-c", JOB]) == 2
+    monkeypatch.setenv("TENSORGAUGE_STORE", conninfo)
+    assert main(["runs"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("give a postgresql://USER@HOST/DB URL") == 2 and len(err.strip().splitlines()) == 2
+    assert "s3cretpw" not in err
+    assert os.listdir(tmp_path) == []  # no store made, no job run
+    assert main(["runs", "--store", str(tmp_path / "host=a.db")]) == 0  # a file name with '=' in it is a path

@@ -24,7 +24,7 @@ from tensorgauge.checks import ValidationError, check_record
 from tensorgauge.errors import StoreError, StoreUnreachable, UnknownRunError
 from tensorgauge.hook.protocol import Kind
 from tensorgauge.model import Event, GpuReading, RunRecord, Sample
-from tensorgauge.store.location import default_store_path, is_url
+from tensorgauge.store.location import check_location, default_store_path, is_url
 from tensorgauge.store.postgres import PostgresBackend
 from tensorgauge.store.schema import CHUNK_SAMPLES, EVENT_COLUMNS, SAMPLE_COLUMNS, Column
 from tensorgauge.store.sqlite import SqliteBackend
@@ -77,6 +77,7 @@ class Store:
         """Open (and create, if ``create``) the store; any problem is a :class:`StoreError`.
         One thread at a time may use it (a monitor's writer thread while a run goes on)."""
         location = str(location) if location is not None else str(default_store_path())
+        check_location(location)
         if is_url(location):
             return cls(PostgresBackend(location, create))
         return cls(SqliteBackend(Path(location).expanduser(), create))
@@ -96,10 +97,10 @@ class Store:
             with self.backend.transaction():
                 yield self.backend
         except self.backend.errors as exc:
+            said = self.backend.scrub(exc) if hasattr(self.backend, "scrub") else str(exc)
             if getattr(self.backend, "connection_lost", lambda: False)():
-                raise StoreUnreachable(f"store {self.location} stopped answering: "
-                                       f"{str(exc).strip().splitlines()[0] if str(exc).strip() else exc}") from None
-            raise StoreError(f"cannot {what} store {self.location}: {exc}") from None
+                raise StoreUnreachable(f"store {self.location} stopped answering: {said}") from None
+            raise StoreError(f"cannot {what} store {self.location}: {said}") from None
 
     def reconnect(self) -> bool:
         """Connect again to a store whose server stopped answering; False while it still does not."""
