@@ -6,7 +6,6 @@ the hook from inside the job, see :mod:`tensorgauge.hook.tfinfo`.
 
 from __future__ import annotations
 
-import os
 import platform
 import sys
 from collections.abc import Mapping
