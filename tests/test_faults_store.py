@@ -9,6 +9,7 @@ import resource
 import struct
 import subprocess
 import sys
+import time
 
 import pytest
 import zstandard
@@ -251,3 +252,47 @@ def test_a_libpq_key_value_string_is_refused_not_made_a_file(tmp_path, monkeypat
     assert "s3cretpw" not in err
     assert os.listdir(tmp_path) == []  # no store made, no job run
     assert main(["runs", "--store", str(tmp_path / "host=a.db")]) == 0  # a file name with '=' in it is a path
+
+
+def test_rm_of_a_run_still_recording_is_refused_and_the_run_goes_on(tmp_path, capsys):
+    """``rm`` of a live run ended its recording half-way ("no run ... (the run is stored ...)")."""
+    store, ready = tmp_path / "runs.db", tmp_path / "ready"
+    job = f"import pathlib, time; pathlib.Path({str(ready)!r}).write_text(''); time.sleep(2)"
+    monitor = subprocess.Popen([sys.executable, "-m", "tensorgauge", "run", "-q", "--store", str(store), "--name",
+                                "live", "--", sys.executable, "-c", job], env=dict(os.environ, PYTHONPATH=ROOT),
+                               stderr=subprocess.PIPE, text=True)
+    for _ in range(400):
+        if ready.exists() and Store.open(store, create=False).runs():
+            break
+        time.sleep(0.05)
+    assert main(["rm", "--store", str(store), "live"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "is still being recorded" in err and "stop it first" in err
+    _, monitor_err = monitor.communicate(timeout=60)
+    assert monitor.returncode == 0 and monitor_err == ""
+    (record,) = Store.open(store).runs()
+    assert record.complete and record.name == "live"
+    assert main(["rm", "--store", str(store), "live"]) == 0  # ended: removed
+    assert Store.open(store).runs() == []
+
+
+def test_a_run_name_of_bytes_no_encoding_reads_is_shown_reported_exported_and_removed(tmp_path):
+    """``--name $'\\xff'`` (argv decoded with surrogateescape): show, report, export and rm raised
+    UnicodeEncodeError."""
+    store = str(tmp_path / "runs.db")
+    env = dict(os.environ, PYTHONPATH=ROOT)
+
+    def tg(*args):
+        return subprocess.run([sys.executable, "-m", "tensorgauge", *args], env=env, capture_output=True,
+                              cwd=tmp_path)
+
+    assert tg("run", "-q", "--store", store, "--name", b"\xff", "--", sys.executable, "-c", "pass").returncode == 0
+    for command in (["show"], ["show", "--json", "-"], ["report", "-o", "r.html"], ["export", "-o", "e.json"]):
+        done = tg(command[0], "--store", store, b"\xff", *command[1:])
+        assert done.returncode == 0 and b"Traceback" not in done.stderr, (command, done.stderr)
+    assert json.loads((tmp_path / "e.json").read_text())["run"]["name"] == "\udcff"
+    assert "\\xff" in tg("show", "--store", store, b"\xff").stdout.decode()  # shown escaped
+    missing = tg("show", "--store", store, b"\xfe")
+    assert missing.returncode == 2 and missing.stderr.decode().count("\n") == 1 and b"no run" in missing.stderr
+    assert tg("rm", "--store", store, b"\xff").returncode == 0
+    assert Store.open(store).runs() == []

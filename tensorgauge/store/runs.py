@@ -184,6 +184,25 @@ class Store:
             db.execute("INSERT INTO analyses (run_id, key, doc) VALUES (?, ?, ?)", (run_id, key, json.dumps(doc)))
         self.compact(run_id)
 
+    def quiet_seconds(self, record: RunRecord) -> float | None:
+        """How long ago (wall-clock seconds) the run stored its last sample (or started, before its first);
+        None for a run that has ended, or whose start cannot be read."""
+        import datetime
+        import time
+
+        if record.complete:
+            return None
+        try:
+            started = datetime.datetime.fromisoformat(record.started_at).timestamp()
+        except (ValueError, TypeError, OverflowError):
+            return None
+        queries = ["SELECT MAX(t) FROM samples WHERE run_id = ?"]
+        if self.backend.chunked:
+            queries.append("SELECT MAX(last_t) FROM sample_chunks WHERE run_id = ?")
+        last = max([0.0] + [float(row[0][0]) for row in (self._query(q, (record.run_id,)) for q in queries)
+                            if row and row[0][0] is not None])
+        return time.time() - (started + last)
+
     def delete_run(self, run_id: str) -> None:
         tables = ("samples", "events", "runs") + (("sample_chunks", "analyses") if self.backend.chunked else ())
         with self._writing("delete from") as db:
@@ -213,6 +232,8 @@ class Store:
     def run_id_of(self, ref: str) -> str:
         """The id of the run named by an exact id or a unique id prefix, without reading its record (a
         damaged one can still be removed); other references (a name, ``last``) through :meth:`run`."""
+        if not _is_text(ref):  # bytes of no encoding (a name from a shell's argv): no id, maybe a name
+            return self.run(ref).run_id
         ids = [row[0] for row in self._query("SELECT run_id FROM runs WHERE run_id = ?", (ref,))]
         if not ids:
             ids = [row[0] for row in self._query("SELECT run_id FROM runs WHERE run_id LIKE ? ESCAPE '\\'",
@@ -228,8 +249,8 @@ class Store:
             if not rows:
                 raise UnknownRunError(f"no runs in {self.location} yet")
             return _record(rows[0][0], self.location)
-        rows = self._query("SELECT record FROM runs WHERE run_id = ?", (ref,))
-        if not rows:
+        rows = self._query("SELECT record FROM runs WHERE run_id = ?", (ref,)) if _is_text(ref) else []
+        if not rows and _is_text(ref):
             rows = self._query("SELECT record FROM runs WHERE run_id LIKE ? ESCAPE '\\'", (_like_prefix(ref),))
         if not rows:
             named = [r for r in self._query("SELECT record FROM runs ORDER BY started_at DESC")
@@ -366,6 +387,15 @@ def _chunk_rows(run_id: str, series: SampleSeries) -> list[tuple]:
     from tensorgauge.store import chunks
 
     return [(run_id, *row) for row in chunks.split(series)]
+
+
+def _is_text(ref: str) -> bool:
+    """``ref`` can be sent to the database: no lone surrogates (undecodable bytes in ``sys.argv``)."""
+    try:
+        ref.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _like_prefix(ref: str) -> str:
