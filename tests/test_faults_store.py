@@ -296,3 +296,44 @@ def test_a_run_name_of_bytes_no_encoding_reads_is_shown_reported_exported_and_re
     assert missing.returncode == 2 and missing.stderr.decode().count("\n") == 1 and b"no run" in missing.stderr
     assert tg("rm", "--store", store, b"\xff").returncode == 0
     assert Store.open(store).runs() == []
+
+
+def _sibling_fits(count: int, wall: float = 8.87) -> RunReport:
+    """A run whose job opened ``count`` fit phases side by side and closed none (as a job writing its own
+    events can: the store keeps the first 50,000 of them)."""
+    from tensorgauge.model import Event, Sample
+
+    events = [Event(t=0.1 + i * 1e-5, pid=1, kind="phase_begin",
+                    data={"id": i + 1, "name": "fit", "phase_kind": "fit", "cpu": 0.0, "rss": 1000})
+              for i in range(count)]
+    samples = [Sample(t=0.1 * i, cpu_seconds=0.05 * i, cores_busy=0.5, rss_bytes=10 << 20, threads=1, processes=1)
+               for i in range(int(wall * 10) + 1)]
+    record = RunRecord(run_id="siblings", command=["python", "x.py"], started_at="2026-01-01T00:00:00+00:00",
+                       wall_seconds=wall, exit_code=0, complete=True, cpu_seconds_total=0.05 * int(wall * 10))
+    return RunReport.build(record, samples, events)
+
+
+def test_many_sibling_phases_give_figures_within_the_run():
+    """500k sibling phases gave "fit (122h22m, 4963118% of the run)" and "the fit ran None steps"."""
+    import io
+
+    from rich.console import Console
+
+    from tensorgauge.render.terminal import render_run
+
+    out = io.StringIO()
+    render_run(Console(file=out, width=200), _sibling_fits(50_000))
+    text = out.getvalue()
+    assert "Most of the time went to fit (8.77 s, 99% of the run, 4.35 CPU-s)." in text
+    assert "None" not in text and "no step of the fit was recorded (the A/B waits for 11)" in text
+
+
+def test_fits_of_two_workers_side_by_side_count_their_time_once_and_their_cpu_each():
+    from tensorgauge.analyse.account import account
+    from tensorgauge.model import Phase, Summary
+
+    fits = [Phase("fit", "fit", 1.0, 9.0, None, pid, cpu_seconds=6.0, cores_busy_peak=1.0) for pid in (1, 2)]
+    summary = Summary(cpu_seconds=13.0, cores_busy_mean=1.3, cores_busy_peak=2.0, rss_peak_bytes=1 << 30,
+                      uss_peak_bytes=None, threads_peak=4, processes_peak=2, samples=100)
+    lines = account(fits, summary, 10.0, 2.0)
+    assert "Most of the time went to fit (8.00 s, 80% of the run, 12.00 CPU-s)." in lines
