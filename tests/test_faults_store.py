@@ -337,3 +337,15 @@ def test_fits_of_two_workers_side_by_side_count_their_time_once_and_their_cpu_ea
                       uss_peak_bytes=None, threads_peak=4, processes_peak=2, samples=100)
     lines = account(fits, summary, 10.0, 2.0)
     assert "Most of the time went to fit (8.00 s, 80% of the run, 12.00 CPU-s)." in lines
+
+
+def test_a_real_postgres_store_is_named_without_its_password(postgres_url, tmp_path):
+    """Recording into a server's store (it takes any password): every line names it with the password masked."""
+    user_part, host_part = postgres_url.split("://", 1)[1].split("@", 1)
+    url = f"postgresql://{user_part}:s3c%40re%2Ftpw@{host_part}"  # the password s3c@re/tpw, spelt as a URL must
+    done = subprocess.run([sys.executable, "-m", "tensorgauge", "run", "--store", url, "--name", "masked", "--",
+                           sys.executable, "-c", "pass"], env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
+                          text=True)
+    said = done.stdout + done.stderr
+    assert done.returncode == 0 and "recording run" in said and "***" in said, said
+    assert "s3c" not in said and "tpw" not in said, said
