@@ -28,3 +28,20 @@ def without_own(env: dict[str, str]) -> dict[str, str]:
         if env.get(name) == value:
             del env[name]
     return env
+
+
+def users_environ(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The environment as the user set it: what the tool records of it (the fingerprint), never its own settings."""
+    return without_own(dict(environ))
+
+
+def give_back(environ: MutableMapping[str, str] = os.environ, modules: Mapping[str, object] = sys.modules) -> bool:
+    """Undo :func:`lighten` before numpy loads, for a command that reads its BLAS as a job would have it
+    (``tensorgauge env``); False when numpy is loaded already (under the tool's settings)."""
+    if "numpy" in modules:
+        return not OWN_SETTINGS
+    for name, value in list(OWN_SETTINGS.items()):
+        if environ.get(name) == value:
+            del environ[name]
+        del OWN_SETTINGS[name]
+    return True

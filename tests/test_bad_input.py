@@ -123,7 +123,9 @@ def test_a_run_removed_while_recorded_stays_removed(store_path, tmp_path, tg_cmd
         if ready.exists() and any(r.name == "live" for r in store.runs()):
             break
         time.sleep(0.05)
-    assert main(["rm", "live"]) == 0
+    # `rm` refuses a run still recording (tests/test_faults_store.py); a store written by an older one, or a
+    # run whose monitor went quiet for long, can lose it all the same:
+    store.delete_run(next(r.run_id for r in store.runs() if r.name == "live"))
     assert monitor.wait(timeout=30) == 0
     assert [r for r in store.runs() if r.name == "live"] == []
     # Nothing of it is left: what was written before the writer saw the removal is removed at the run's end.

@@ -12,19 +12,52 @@ from tensorgauge.units import format_bytes, format_seconds, format_share
 KIND_WORDS = {"custom": "your own phases (tensorgauge.phase)"}
 
 
-def _kind_totals(phases: list[Phase]) -> dict[str, list]:
+def _kind_totals(phases: list[Phase], cpu_total: float) -> dict[str, list]:
     """{kind: [wall, CPU-s, count]} of the top-most phases of each kind (not counted twice when
-    nested), in one pass."""
-    totals: dict[str, list] = {}
+    nested). Phases of a kind that overlap (siblings a job opened together, workers' fits) count their
+    time once: the wall is the time any of them ran, at most the run's; the CPU of a process's
+    overlapping phases is that of the one spanning them all, else at most their time at their peak."""
+    groups: dict[str, dict] = {}
+    count: dict[str, int] = {}
     for phase in phases:
         kind = phase.kind
         if phase.parent is not None and phases[phase.parent].kind == kind:
             continue
-        entry = totals.setdefault(kind, [0.0, 0.0, 0])
-        entry[0] += phase.end - phase.start
-        entry[1] += phase.cpu_seconds
-        entry[2] += 1
+        groups.setdefault(kind, {}).setdefault(phase.pid, []).append(phase)
+        count[kind] = count.get(kind, 0) + 1
+    totals: dict[str, list] = {}
+    for kind, by_pid in groups.items():
+        spans = [(p.start, p.end) for group in by_pid.values() for p in group]
+        cpu = sum(_overlapping_cpu(group) for group in by_pid.values())
+        totals[kind] = [_union_seconds(spans), min(cpu, cpu_total) if cpu_total > 0 else cpu, count[kind]]
     return totals
+
+
+def _union_seconds(spans: list[tuple[float, float]]) -> float:
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+def _overlapping_cpu(phases: list[Phase]) -> float:
+    """CPU-s of one process's phases, those that overlap taken together."""
+    total, group, reach = 0.0, [], float("-inf")
+    for phase in sorted(phases, key=lambda p: p.start) + [None]:
+        if phase is not None and phase.start < reach:
+            group.append(phase)
+            reach = max(reach, phase.end)
+            continue
+        if group:
+            start = group[0].start
+            spanning = [p.cpu_seconds for p in group if p.start <= start and p.end >= reach]
+            summed = sum(p.cpu_seconds for p in group)
+            total += max(spanning) if spanning else min(summed, (reach - start) * max(p.cores_busy_peak for p in group))
+        if phase is not None:
+            group, reach = [phase], phase.end
+    return total
 
 
 def shutdown(events: Sequence[Event], cpu_total: float, wall_seconds: float) -> tuple[float, float] | None:
@@ -55,7 +88,7 @@ def account(phases: list[Phase], summary: Summary, wall_seconds: float, cores_al
         return lines
 
     by_kind = []
-    totals = _kind_totals(phases)
+    totals = _kind_totals(phases, summary.cpu_seconds)
     words = dict(KIND_WORDS)
     if any(p.kind == "fit" and p.name == TRAIN_LOOP for p in phases):
         words["fit"] = "training (the job's own train loop)" if not any(

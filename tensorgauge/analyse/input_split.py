@@ -50,8 +50,9 @@ def input_split(events: list[Event], phases: list[Phase]) -> dict | None:
     if ab is None:
         if window is not None and window.get("step_seconds"):  # a run recorded before the A/B
             return _window_split(window, _first(events, Kind.COMPUTE_PROBE))
-        why = (f"the fit ran {fit.steps} steps, fewer than the {WINDOW_START + 1} the A/B waits for"
-               if (fit.steps or 0) <= WINDOW_START else "diagnosis was off (--no-diagnose)")
+        why = ("diagnosis was off (--no-diagnose)" if (fit.steps or 0) > WINDOW_START else
+               f"the fit ran {fit.steps} steps, fewer than the {WINDOW_START + 1} the A/B waits for" if fit.steps
+               else f"no step of the fit was recorded (the A/B waits for {WINDOW_START + 1})")
         return {"measured": False, "why": why}
     if ab.get("skipped") or ab.get("error"):
         why = ab.get("skipped") or f"the A/B failed: {one_line(str(ab['error']))}"

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from tensorgauge.commands._shared import check_output, console, open_store, write_json
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.render.text import safe
+from tensorgauge.store.private import check_own, private_folder
 
 if TYPE_CHECKING:
     from tensorgauge.monitoring.monitor import Exporter
@@ -50,6 +51,8 @@ def _check_checkpoint_dir(folder: str) -> None:
         raise TensorgaugeError(f"--checkpoint: cannot make {safe(folder)}: {exc.strerror}") from None
     if not path.is_dir() or not os.access(path, os.W_OK | os.X_OK):
         raise TensorgaugeError(f"--checkpoint: cannot write into {safe(folder)}")
+    check_own(path, "--checkpoint:", "the job's checkpoint would be theirs to read or replace; give a folder of "
+              "your own")
 
 
 def default_checkpoint_dir(data_dir: Path, command: list[str]) -> Path:
@@ -116,7 +119,9 @@ def record(command: list[str], options: RecordOptions) -> tuple[int, str]:
                                    "folder or mount); give a writable store with --store")
         checkpoint_dir = None
         if budget is not None and budget.max_memory_bytes is not None:
-            checkpoint_dir = options.checkpoint or str(default_checkpoint_dir(store.data_dir, command))
+            checkpoint_dir = options.checkpoint or str(private_folder(
+                store.data_dir, default_checkpoint_dir(store.data_dir, command).relative_to(store.data_dir).parts,
+                "the checkpoint folder", "another user could have put it there; remove it, or give --checkpoint DIR"))
             _check_checkpoint_dir(checkpoint_dir)
         if options.diagnose == "always" and os.environ.get("TF_CONFIG") and not options.quiet:
             err().print("[yellow]tensorgauge: note: --diagnose profiles 10 training steps; under "

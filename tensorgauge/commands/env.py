@@ -8,6 +8,9 @@ from tensorgauge.commands._shared import console, progress_printer, write_text
 
 
 def env(json_path: str | None = None) -> int:
+    from tensorgauge.own_process import give_back
+
+    give_back()  # before numpy loads: its BLAS is read as a job would have it, not under the tool's settings
     from tensorgauge.render.compare import render_env
     from tensorgauge.sources.environment import environment
 

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from tensorgauge.commands._shared import CommandStore, check_output, load_side, window, write_text
+from tensorgauge.commands._shared import (
+    WINDOW_MAX_BYTES,
+    CommandStore,
+    check_output,
+    load_side,
+    window,
+    write_text,
+)
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.render.text import plain
 
@@ -23,7 +30,7 @@ def report(store: str | None, refs: list[str], output: str, start: float | None 
 
             run = sides[0].report
             first, last = window(run, start, end)
-            samples = stores.get().series(run.record.run_id, first, last)
+            samples = stores.get().series(run.record.run_id, first, last, max_bytes=WINDOW_MAX_BYTES)
             run.timeline = timeline.window(samples, run.timeline, first, last)
     if len(sides) == 1:
         page = run_page(sides[0].report)

@@ -11,8 +11,10 @@ from tensorgauge.commands._shared import console, open_store
 def runs(store: str | None) -> int:
     from tensorgauge.render.terminal import render_runs
     from tensorgauge.store import default_store_path, is_url
+    from tensorgauge.store.location import check_location
 
     location = store or str(default_store_path())
+    check_location(location)
     if not is_url(location) and not Path(location).exists():
         render_runs(console(), [], {})
         return 0

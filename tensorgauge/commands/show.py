@@ -3,7 +3,7 @@ with ``--from``/``--to``, every sample of a stretch of it."""
 
 from __future__ import annotations
 
-from tensorgauge.commands._shared import console, open_store, window, write_json
+from tensorgauge.commands._shared import WINDOW_MAX_BYTES, console, open_store, window, write_json
 
 
 def show(store: str | None, ref: str, json_path: str | None = None, start: float | None = None,
@@ -15,7 +15,7 @@ def show(store: str | None, ref: str, json_path: str | None = None, start: float
         report = RunReport.load(runs, ref)
         if start is not None or end is not None:
             first, last = window(report, start, end)
-            samples = runs.samples(report.record.run_id, first, last)
+            samples = runs.samples(report.record.run_id, first, last, max_bytes=WINDOW_MAX_BYTES)
             if json_path:
                 write_json({"run_id": report.record.run_id, "from_seconds": first, "to_seconds": last,
                             "samples": [s.to_dict() for s in samples]}, json_path)

@@ -6,13 +6,13 @@ the hook from inside the job, see :mod:`tensorgauge.hook.tfinfo`.
 
 from __future__ import annotations
 
-import os
 import platform
 import sys
 from collections.abc import Mapping
 
 import psutil
 
+from tensorgauge.own_process import users_environ
 from tensorgauge.sources import cgroup
 
 # CPU flags that change which kernels TensorFlow and oneDNN pick.
@@ -53,7 +53,7 @@ def tf_relevant_flags(flags: list[str]) -> list[str]:
 
 def host_fingerprint(environ: Mapping[str, str] | None = None) -> dict:
     """Facts about this machine that explain how a TensorFlow job behaves on it."""
-    env: Mapping[str, str] = os.environ if environ is None else environ
+    env: Mapping[str, str] = users_environ() if environ is None else environ  # not the tool's own settings
     model, flags = _cpuinfo()
     paths = cgroup.cgroup_paths()
     try:

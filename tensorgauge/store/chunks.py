@@ -121,19 +121,51 @@ def encode(series: SampleSeries) -> bytes:
 MAX_COUNT, MAX_CPUS, MAX_GPUS = 100_000, 4096, 64  # what a chunk's header may declare
 
 
+def header(blob: bytes) -> dict:
+    """The chunk's header (``count``, ``cpus``, ``gpu_index``, ``columns``, ...), its bounds checked;
+    ValueError when the blob is not a chunk. Reads nothing of the compressed payload."""
+    if blob[:4] != MAGIC:
+        raise ValueError("not a tensorgauge sample chunk")
+    (length,) = struct.unpack("<I", blob[4:8])
+    head = json.loads(blob[8:8 + length])
+    n, cpus, gpus = int(head["count"]), int(head["cpus"]), len(head["gpu_index"])
+    if not (0 <= n <= MAX_COUNT and 0 <= cpus <= MAX_CPUS and gpus <= MAX_GPUS):
+        raise ValueError(f"a chunk header out of bounds ({n} samples, {cpus} CPUs, {gpus} GPUs)")
+    head["length"] = length
+    return head
+
+
+class DecodedSize:
+    """What chunks decode to once joined (:meth:`SampleSeries.concat` widens every sample to the most
+    CPUs and to every GPU any chunk has), added up one header at a time."""
+
+    def __init__(self) -> None:
+        self.samples, self.cpus, self.gpus = 0, 0, set[int]()
+
+    def add(self, head: dict) -> int:
+        """Adds a chunk's header; returns the bytes all the chunks added so far decode to."""
+        self.samples += int(head["count"])
+        self.cpus = max(self.cpus, int(head["cpus"]))
+        self.gpus.update(int(i) for i in head["gpu_index"])
+        return self.bytes
+
+    @property
+    def bytes(self) -> int:
+        return self.samples * (len(SCALARS) + 1 + self.cpus + len(self.gpus) * len(GPU_COLUMNS)) * 8
+
+    def __str__(self) -> str:
+        return f"{self.samples:,} samples x {self.cpus} CPUs" + (f" x {len(self.gpus)} GPUs" if self.gpus else "")
+
+
 def decode(blob: bytes) -> SampleSeries:
     """The series :func:`encode` wrote; ValueError when the blob is not one. What the header
     declares is bounded first, and the payload is decompressed to its declared size at most: a
     131 KB frame that says 3 GiB is refused, not allocated."""
-    if blob[:4] != MAGIC:
-        raise ValueError("not a tensorgauge sample chunk")
-    (length,) = struct.unpack("<I", blob[4:8])
-    header = json.loads(blob[8:8 + length])
-    n, cpus, gpus = int(header["count"]), int(header["cpus"]), len(header["gpu_index"])
-    if not (0 <= n <= MAX_COUNT and 0 <= cpus <= MAX_CPUS and gpus <= MAX_GPUS):
-        raise ValueError(f"a chunk header out of bounds ({n} samples, {cpus} CPUs, {gpus} GPUs)")
+    head = header(blob)
+    length = head["length"]
+    n, cpus, gpus = int(head["count"]), int(head["cpus"]), len(head["gpu_index"])
     expected = 0
-    for name, _, size in header["columns"]:
+    for name, _, size in head["columns"]:
         width = cpus if name == "cpu_percent" else gpus if str(name).startswith("gpu.") else 1
         if not 0 <= int(size) <= n * width * 8 + (n * width + 7) // 8:
             raise ValueError(f"column {name!r} declares {size} bytes for {n * width} values")
@@ -149,7 +181,7 @@ def decode(blob: bytes) -> SampleSeries:
                          "its header declares")
     out: dict[str, np.ndarray] = {}
     offset = 0
-    for name, encoding, size in header["columns"]:
+    for name, encoding, size in head["columns"]:
         width = cpus if name == "cpu_percent" else gpus if name.startswith("gpu.") else 1
         values = _decode(encoding, payload[offset:offset + size], n * width)
         out[name] = values.reshape((n, width), order="F") if name == "cpu_percent" or name.startswith("gpu.") \
@@ -158,8 +190,8 @@ def decode(blob: bytes) -> SampleSeries:
     columns = {name: out[name] if name in out else np.full(n, np.nan) for name in SCALARS}
     gpu = {name: out.get(f"gpu.{name}", np.full((n, gpus), np.nan)) for name in GPU_COLUMNS}
     return SampleSeries(columns, out.get("cpu_percent", np.full((n, 0), np.nan)),
-                        out.get("cpu_count", np.full(n, np.nan)), list(header["gpu_index"]), gpu,
-                        list(header["gpu_names"]))
+                        out.get("cpu_count", np.full(n, np.nan)), list(head["gpu_index"]), gpu,
+                        list(head["gpu_names"]))
 
 
 def split(series: SampleSeries, size: int = CHUNK_SAMPLES) -> list[tuple[float, float, int, int | None, bytes]]:

@@ -19,23 +19,61 @@ TYPES = {"blob": "BYTEA", "real": "DOUBLE PRECISION", "int": "BIGINT", "event_id
 SECRET_PARAMETERS = ("password", "sslpassword", "sslkey", "passfile", "sslcert", "sslrootcert", "sslcrl")
 
 
-def redact(url: str) -> str:
-    """The URL without its secrets, for messages: the password in the user part, and the value of every
-    parameter that holds a secret or names where one is kept (``password=``, ``sslpassword=``...), as
-    libpq's own parser reads them (psycopg's ``conninfo_to_dict``): whatever the spelling, it is masked."""
-    url = re.sub(r"//([^:@/]*):[^@/]*@", r"//\1:***@", url)
+def _user_password(url: str) -> tuple[int, int] | None:
+    """Where the password of ``scheme://user:password@host`` lies in ``url``: from the first ':' after the
+    scheme to the *last* '@', so that a password holding '@', '/' or ':' is all of it (libpq would stop
+    at its first '@' or '/', and name the rest as a host or a database in its message)."""
+    start = url.find("://")
+    if start < 0:
+        return None
+    start += 3
+    at = url.rfind("@")
+    colon = url.find(":", start, at if at >= 0 else start)
+    return (colon + 1, at) if at > start and colon >= 0 else None
+
+
+def secrets(url: str) -> list[str]:
+    """Every spelling of a secret ``url`` holds, longest first: its password as written, percent-decoded,
+    and in the pieces libpq may cut it into ('@', '/', ':'), and the value of every secret parameter
+    (whatever the spelling of its name: libpq's own parser, psycopg's ``conninfo_to_dict``, reads them)."""
+    from urllib.parse import unquote
+
+    found = []
+    where = _user_password(url)
+    if where:
+        found.append(url[where[0]:where[1]])
+    names = "|".join(SECRET_PARAMETERS)
+    found += re.findall(rf"(?i)[?&](?:{names})=([^&#]*)", url)
     try:
         from psycopg.conninfo import conninfo_to_dict
 
-        secrets = {k: v for k, v in conninfo_to_dict(url).items() if k in SECRET_PARAMETERS and v}
-    except Exception:  # psycopg missing, or a URL libpq does not take: mask each parameter named so
-        secrets = {}
+        found += [str(v) for k, v in conninfo_to_dict(url).items() if k in SECRET_PARAMETERS and v]
+    except Exception:  # psycopg missing, or a URL libpq does not take: what is found above
+        pass
+    spellings = set()
+    for secret in found:
+        spellings |= {secret, unquote(secret), *re.split(r"[@/:?#&]", secret)}
+    return sorted((s for s in spellings if len(s) >= 3 and s != "***"), key=len, reverse=True)
+
+
+def redact(url: str) -> str:
+    """The URL without its secrets, for messages: the password in the user part, and the value of every
+    parameter that holds a secret or names where one is kept (``password=``, ``sslpassword=``...)."""
+    where = _user_password(url)
+    masked = url[:where[0]] + "***" + url[where[1]:] if where else url
     names = "|".join(SECRET_PARAMETERS)
-    url = re.sub(rf"(?i)([?&](?:{names})=)[^&#]*", r"\1***", url)
-    for value in secrets.values():  # spelt another way (percent-encoded, in the path): not shown at all
-        if str(value) != "***" and len(str(value)) >= 3:
-            url = url.replace(str(value), "***")
-    return url
+    masked = re.sub(rf"(?i)([?&](?:{names})=)[^&#]*", r"\1***", masked)
+    for secret in secrets(url):  # spelt another way (percent-encoded, in the path): not shown at all
+        masked = masked.replace(secret, "***")
+    return masked
+
+
+def scrub(text: str, url: str) -> str:
+    """``text`` (libpq's message, which may quote the URL or a piece of it) with no secret of ``url`` in it."""
+    text = text.replace(url, redact(url))
+    for secret in secrets(url):
+        text = text.replace(secret, "***")
+    return text
 
 
 class PostgresBackend:
@@ -56,7 +94,7 @@ class PostgresBackend:
         try:
             self.conn = psycopg.connect(url, autocommit=True, connect_timeout=10)
         except psycopg.Error as exc:
-            raise StoreError(f"cannot connect to {self.location}: {str(exc).strip().splitlines()[0]}") from None
+            raise StoreError(f"cannot connect to {self.location}: {self.scrub(exc)}") from None
         try:
             with self.conn.transaction():
                 self.conn.execute("SELECT pg_advisory_xact_lock(7457)")  # one creator at a time
@@ -83,7 +121,12 @@ class PostgresBackend:
                 self.conn.execute("INSERT INTO tensorgauge_meta VALUES ('schema_version', %s) ON CONFLICT (key) "
                                   "DO UPDATE SET value = excluded.value", (str(schema.SCHEMA_VERSION),))
         except psycopg.Error as exc:
-            raise StoreError(f"store {self.location} is not usable ({str(exc).strip().splitlines()[0]})") from None
+            raise StoreError(f"store {self.location} is not usable ({self.scrub(exc)})") from None
+
+    def scrub(self, exc: BaseException) -> str:
+        """The first line of a psycopg error, without the store's secrets."""
+        lines = str(exc).strip().splitlines()
+        return scrub(lines[0] if lines else type(exc).__name__, self._url)
 
     @staticmethod
     def _sql(sql: str) -> str:

@@ -24,7 +24,7 @@ from tensorgauge.checks import ValidationError, check_record
 from tensorgauge.errors import StoreError, StoreUnreachable, UnknownRunError
 from tensorgauge.hook.protocol import Kind
 from tensorgauge.model import Event, GpuReading, RunRecord, Sample
-from tensorgauge.store.location import default_store_path, is_url
+from tensorgauge.store.location import check_location, default_store_path, is_url
 from tensorgauge.store.postgres import PostgresBackend
 from tensorgauge.store.schema import CHUNK_SAMPLES, EVENT_COLUMNS, SAMPLE_COLUMNS, Column
 from tensorgauge.store.sqlite import SqliteBackend
@@ -41,6 +41,16 @@ _INSERT_CHUNK = ("INSERT INTO sample_chunks (run_id, first_t, last_t, count, rss
 _UPSERT_RUN = ("INSERT INTO runs (run_id, started_at, record) VALUES (?, ?, ?) "
                "ON CONFLICT (run_id) DO UPDATE SET started_at = excluded.started_at, record = excluded.record")
 
+
+class WindowTooLargeError(StoreError):
+    """The samples asked for would decode to more than the caller allows."""
+
+    def __init__(self, size: Any, max_bytes: int, start: float | None, end: float | None) -> None:
+        from tensorgauge.units import format_bytes
+
+        stretch = f" from {start or 0.0:g} s to {end:g} s" if end is not None else ""
+        super().__init__(f"the samples{stretch} decode to more than {format_bytes(max_bytes)} (at least {size}, "
+                         f"{format_bytes(size.bytes)}); ask for a shorter stretch of the run")
 
 
 class Store:
@@ -67,6 +77,7 @@ class Store:
         """Open (and create, if ``create``) the store; any problem is a :class:`StoreError`.
         One thread at a time may use it (a monitor's writer thread while a run goes on)."""
         location = str(location) if location is not None else str(default_store_path())
+        check_location(location)
         if is_url(location):
             return cls(PostgresBackend(location, create))
         return cls(SqliteBackend(Path(location).expanduser(), create))
@@ -86,10 +97,10 @@ class Store:
             with self.backend.transaction():
                 yield self.backend
         except self.backend.errors as exc:
+            said = self.backend.scrub(exc) if hasattr(self.backend, "scrub") else str(exc)
             if getattr(self.backend, "connection_lost", lambda: False)():
-                raise StoreUnreachable(f"store {self.location} stopped answering: "
-                                       f"{str(exc).strip().splitlines()[0] if str(exc).strip() else exc}") from None
-            raise StoreError(f"cannot {what} store {self.location}: {exc}") from None
+                raise StoreUnreachable(f"store {self.location} stopped answering: {said}") from None
+            raise StoreError(f"cannot {what} store {self.location}: {said}") from None
 
     def reconnect(self) -> bool:
         """Connect again to a store whose server stopped answering; False while it still does not."""
@@ -173,6 +184,25 @@ class Store:
             db.execute("INSERT INTO analyses (run_id, key, doc) VALUES (?, ?, ?)", (run_id, key, json.dumps(doc)))
         self.compact(run_id)
 
+    def quiet_seconds(self, record: RunRecord) -> float | None:
+        """How long ago (wall-clock seconds) the run stored its last sample (or started, before its first);
+        None for a run that has ended, or whose start cannot be read."""
+        import datetime
+        import time
+
+        if record.complete:
+            return None
+        try:
+            started = datetime.datetime.fromisoformat(record.started_at).timestamp()
+        except (ValueError, TypeError, OverflowError):
+            return None
+        queries = ["SELECT MAX(t) FROM samples WHERE run_id = ?"]
+        if self.backend.chunked:
+            queries.append("SELECT MAX(last_t) FROM sample_chunks WHERE run_id = ?")
+        last = max([0.0] + [float(row[0][0]) for row in (self._query(q, (record.run_id,)) for q in queries)
+                            if row and row[0][0] is not None])
+        return time.time() - (started + last)
+
     def delete_run(self, run_id: str) -> None:
         tables = ("samples", "events", "runs") + (("sample_chunks", "analyses") if self.backend.chunked else ())
         with self._writing("delete from") as db:
@@ -202,6 +232,8 @@ class Store:
     def run_id_of(self, ref: str) -> str:
         """The id of the run named by an exact id or a unique id prefix, without reading its record (a
         damaged one can still be removed); other references (a name, ``last``) through :meth:`run`."""
+        if not _is_text(ref):  # bytes of no encoding (a name from a shell's argv): no id, maybe a name
+            return self.run(ref).run_id
         ids = [row[0] for row in self._query("SELECT run_id FROM runs WHERE run_id = ?", (ref,))]
         if not ids:
             ids = [row[0] for row in self._query("SELECT run_id FROM runs WHERE run_id LIKE ? ESCAPE '\\'",
@@ -217,8 +249,8 @@ class Store:
             if not rows:
                 raise UnknownRunError(f"no runs in {self.location} yet")
             return _record(rows[0][0], self.location)
-        rows = self._query("SELECT record FROM runs WHERE run_id = ?", (ref,))
-        if not rows:
+        rows = self._query("SELECT record FROM runs WHERE run_id = ?", (ref,)) if _is_text(ref) else []
+        if not rows and _is_text(ref):
             rows = self._query("SELECT record FROM runs WHERE run_id LIKE ? ESCAPE '\\'", (_like_prefix(ref),))
         if not rows:
             named = [r for r in self._query("SELECT record FROM runs ORDER BY started_at DESC")
@@ -234,8 +266,11 @@ class Store:
             raise UnknownRunError(f"'{ref}' matches {len(rows)} runs; give more of the id")
         return _record(rows[0][0], self.location)
 
-    def series(self, run_id: str, start: float | None = None, end: float | None = None) -> SampleSeries:
-        """The run's samples (those with ``start <= t <= end``) as columns, at full resolution."""
+    def series(self, run_id: str, start: float | None = None, end: float | None = None,
+               max_bytes: int | None = None) -> SampleSeries:
+        """The run's samples (those with ``start <= t <= end``) as columns, at full resolution. With
+        ``max_bytes``, :class:`WindowTooLargeError` when the chunks they lie in decode to more (their
+        headers are read first: nothing is decoded then)."""
         import numpy as np
 
         from tensorgauge.series import SampleSeries
@@ -249,13 +284,24 @@ class Store:
             window, args = window + " AND first_t <= ?", args + [end]
         parts = []
         if self.backend.chunked:
-            for (blob,) in self._query(f"SELECT data FROM sample_chunks WHERE run_id = ?{window} ORDER BY first_t",
-                                       tuple(args)):
-                try:
-                    parts.append(chunks.decode(bytes(blob)))
-                except Exception as exc:  # zstd's error, a truncated blob: one message, not a traceback
-                    raise StoreError(f"store {self.location} holds a damaged sample chunk "
-                                     f"({type(exc).__name__}: {exc})") from None
+            found = self._query(f"SELECT data FROM sample_chunks WHERE run_id = ?{window} ORDER BY first_t",
+                                tuple(args))
+            try:
+                blobs = [bytes(b) for (b,) in found]
+                del found
+                if max_bytes is not None:
+                    size = chunks.DecodedSize()
+                    for blob in blobs:
+                        if size.add(chunks.header(blob)) > max_bytes:
+                            raise WindowTooLargeError(size, max_bytes, start, end)
+                for i, blob in enumerate(blobs):
+                    blobs[i] = b""  # decoded: let go
+                    parts.append(chunks.decode(blob))
+            except WindowTooLargeError:
+                raise
+            except Exception as exc:  # zstd's error, a truncated blob: one message, not a traceback
+                raise StoreError(f"store {self.location} holds a damaged sample chunk "
+                                 f"({type(exc).__name__}: {exc})") from None
         rows = self._query(f"SELECT {_SAMPLE_NAMES} FROM samples WHERE run_id = ?"
                            + (" AND t >= ?" if start is not None else "") + (" AND t <= ?" if end is not None else "")
                            + " ORDER BY t", tuple(a for a in (run_id, start, end) if a is not None))
@@ -267,9 +313,10 @@ class Store:
             series = series.between(-np.inf if start is None else start, np.inf if end is None else end)
         return series
 
-    def samples(self, run_id: str, start: float | None = None, end: float | None = None) -> list[Sample]:
+    def samples(self, run_id: str, start: float | None = None, end: float | None = None,
+                max_bytes: int | None = None) -> list[Sample]:
         """The run's samples as records: for a window, or a short run (a day is 864,000 of them)."""
-        return self.series(run_id, start, end).to_samples()
+        return self.series(run_id, start, end, max_bytes).to_samples()
 
     def sample_blobs(self, run_id: str) -> list[bytes]:
         """The run's samples as compressed chunks: those stored, and its rows (not yet chunked) encoded."""
@@ -340,6 +387,15 @@ def _chunk_rows(run_id: str, series: SampleSeries) -> list[tuple]:
     from tensorgauge.store import chunks
 
     return [(run_id, *row) for row in chunks.split(series)]
+
+
+def _is_text(ref: str) -> bool:
+    """``ref`` can be sent to the database: no lone surrogates (undecodable bytes in ``sys.argv``)."""
+    try:
+        ref.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _like_prefix(ref: str) -> str:

@@ -12,6 +12,7 @@ from urllib.parse import quote
 
 from tensorgauge.errors import StoreError
 from tensorgauge.store import schema
+from tensorgauge.store.private import UntrustedPathError, check_own
 
 TYPES = {"blob": "BLOB", "real": "REAL", "int": "INTEGER", "event_id": "", "event_order": "run_id"}
 
@@ -32,6 +33,13 @@ class SqliteBackend:
             raise StoreError(f"cannot open store {path}: {exc.strerror}") from None
         if info is not None and stat.S_ISDIR(info.st_mode):
             raise StoreError(f"store {path} is a directory, not a database file")
+        if create:  # recording: not into a store (or its -wal, -shm) another user made or can write
+            for part in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+                try:
+                    check_own(part, "store", "runs recorded into it would be theirs to read and change; give a "
+                              "store of your own with --store")
+                except UntrustedPathError as exc:
+                    raise StoreError(str(exc)) from None
         if info is None:
             if not create:
                 raise StoreError(f"no run store at {path} (record a run with 'tensorgauge run')")
