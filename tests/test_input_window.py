@@ -20,12 +20,26 @@ def test_the_rounds_fit_the_fit_or_say_why_not():
     assert allowance(600.0) == 6.0 and allowance(10.0) == 0.4  # 1%, or 0.4 s for short fits
     assert rounds_plan(1000) == (5, None)
     assert rounds_plan(None) == (5, None)  # a fit of unknown length: as many as it lasts
-    rounds, why = rounds_plan(25)  # 25 steps left: fewer than 3 rounds need
-    assert rounds == 0 and "25 steps left" in why
+    # 25 steps left: fewer than 3 rounds need, enough to time them all against compute-only steps after the fit.
+    assert rounds_plan(25) == (0, None)
+    rounds, why = rounds_plan(10)  # 10 steps left: not even that
+    assert rounds == 0 and "10 steps left" in why
     # A round after the first drains what its pause let the pipeline prefetch first: a warm-up epoch of
     # 64 steps (54 after the 10 of warm-up) has room for two rounds, not five.
     assert rounds_plan(54)[0] == 0 and rounds_plan(input_ab.steps_for(3))[0] == 3
     assert input_ab.steps_for(3) == 11 + 2 * 27 and rounds_plan(input_ab.steps_for(5) - 1)[0] == 4
+
+
+def test_rounds_are_sized_by_time_for_short_steps():
+    """Eight real steps of 0.7 ms were 6 ms of evidence: short steps get rounds of at least 40 ms of real
+    steps and 20 ms of compute-only ones; steps of 5 ms or more keep eight and four."""
+    assert input_ab.Sizes.for_step(0.005) == input_ab.Sizes() == input_ab.Sizes(8, 6, 24)
+    assert input_ab.Sizes.for_step(0.045) == input_ab.Sizes()
+    short = input_ab.Sizes.for_step(0.0007)
+    assert short.real == 58 and short.probe == 2 + 29 and short.max_settle == 3 * short.probe
+    assert short.steps_for(3) > input_ab.steps_for(3)
+    assert rounds_plan(short.steps_for(3), 0.0007)[0] == 3 and rounds_plan(short.steps_for(3), 0.005)[0] == 5
+    assert rounds_plan(short.steps_for(3) - 1, 0.0007) == (0, None)  # then the steps left, after the fit
 
 
 class FakeModel:
@@ -328,7 +342,7 @@ def test_a_later_fit_tries_the_ab_only_when_it_is_expected_to_last_twice_as_long
     monkeypatch.setattr(input_window._InputDiagnosis, "done", False)
     monkeypatch.setattr(input_window._InputDiagnosis, "longest_tried", 0.0)
     started = []
-    monkeypatch.setattr(input_window, "InputAB", lambda *args: started.append(args) or type(
+    monkeypatch.setattr(input_window, "InputAB", lambda *args, **kwargs: started.append(args) or type(
         "AB", (), {"active": False, "measured": False, "on_step_begin": lambda self: False,
                    "finish": lambda self: None})())
 
@@ -343,9 +357,42 @@ def test_a_later_fit_tries_the_ab_only_when_it_is_expected_to_last_twice_as_long
         listener.on_train_end(None)
         return len(started) > before
 
-    assert not fit(70)  # too short for three rounds: skipped, and it spent nothing ...
-    assert fit(100)  # ... so a fit not twice as long tries (and, here, does not measure)
-    assert not fit(120)  # not twice as long: it would do no better
+    assert not fit(20)  # too short for the A/B even after the fit: skipped, and it spent nothing ...
+    assert fit(30)  # ... so a fit not twice as long tries (and, here, does not measure)
+    assert not fit(50)  # not twice as long: it would do no better
     assert fit(400)  # four times as long: its allowance may hold the rounds
     input_window._InputDiagnosis.done = True  # one measured: no other fit gets the listener
     assert input_window._input_listener(FitCall(model=object(), keras_callbacks=None, fit_input=(None, None, 32))) is None
+
+
+def test_a_fit_too_short_for_rounds_times_its_steps_against_compute_only_steps_after_it(monkeypatch, events):
+    """A 32-step fit: 21 steps after its warm-up. Every one timed (the first kept for its batch, one settling),
+    then, as the fit ends, three blocks of compute-only steps against three blocks of its steps."""
+    clock = Clock()
+    monkeypatch.setattr(input_ab.time, "monotonic", clock)
+    monkeypatch.setattr("tensorgauge.hook.timing.time.monotonic", clock)
+    model = FakeModel(clock, 0.030, 0.010)
+    original = model.train_function
+    ab = InputAB(model, None, 0, allowance_seconds=0.4, clock=clock)
+    ab.iterator = "cached"
+    for _ in range(21):
+        ab.on_step_begin()
+        model.train_function("real")
+    assert not ab.compute  # nothing ran within the fit
+    ab.finish()  # the fit ended
+    assert model.train_function is original and model.counter.value == 21
+    (event,) = [e for e in events() if e["kind"] == "input_ab"]
+    assert event["after_fit"] and [len(r) for r in event["real_step_seconds"]] == [6, 6, 7]
+    assert all(len(c) >= 6 for c in event["compute_step_seconds"])
+    verdict = ab_verdict(event)
+    assert verdict["established"] and verdict["input_share"] == pytest.approx(2 / 3, abs=1e-4)
+    assert event["cost_seconds"] <= 3 * 0.4
+    # Too few steps timed: said so, nothing run.
+    short = InputAB(FakeModel(clock, 0.03, 0.01), None, 0, allowance_seconds=0.4, clock=clock)
+    short.iterator = "cached"
+    for _ in range(6):
+        short.on_step_begin()
+        short.model.train_function("real")
+    short.finish()
+    (skipped,) = [e for e in events() if e["kind"] == "input_ab"]
+    assert "timed 4 steps, fewer than the 9" in skipped["skipped"] and not short.compute

@@ -58,8 +58,9 @@ def input_split(events: list[Event], phases: list[Phase]) -> dict | None:
         why = ab.get("skipped") or f"the A/B failed: {one_line(str(ab['error']))}"
         return {"measured": False, "why": why, "allowance_seconds": ab.get("allowance_seconds")}
     verdict = ab_verdict(ab)
-    split: dict = {"measured": True, "measured_by": f"A/B: {verdict['rounds']} rounds of real and compute-only steps "
-                   f"on {ab.get('source') or 'one cached batch'}", **verdict,
+    how = (f"A/B: the fit's steps in {verdict['rounds']} blocks against as many compute-only steps run as it ended"
+           if ab.get("after_fit") else f"A/B: {verdict['rounds']} rounds of real and compute-only steps")
+    split: dict = {"measured": True, "measured_by": f"{how} on {ab.get('source') or 'one cached batch'}", **verdict,
                    "profiled_wait_seconds": None, "input_threads_busy_seconds": None,
                    "cost_seconds": ab.get("cost_seconds"), "allowance_seconds": ab.get("allowance_seconds")}
     if window is not None and window.get("step_seconds"):

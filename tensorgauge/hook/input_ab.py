@@ -17,6 +17,12 @@ sides alike:
   take cores from them; with one left out, a serial Python map's 35% cost read
   as 11-27%), every variable they touch restored after.
 
+Rounds are sized by time as well as steps (:class:`Sizes`): steps of 0.7 ms get rounds of about 60
+real and 30 compute-only steps, steps of 5 ms or more eight and four. A fit too short for
+:data:`MIN_ROUNDS` rounds within it, but with :data:`AFTER_FIT_MIN_STEPS` steps or more left, has every
+step left timed, and as it ends, three blocks of its steps are held against three blocks of as many
+compute-only steps.
+
 The difference of the medians is what input costs a step, whether the step waits
 for its batch or the pipeline's threads take the cores from the step; the rounds
 give its spread. Both sides run the same train function on the same thread, so
@@ -33,6 +39,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from dataclasses import dataclass
 
 from tensorgauge.hook.channel import channel
 from tensorgauge.hook.diagnose import steps_per_call
@@ -46,39 +53,73 @@ ROUNDS, MIN_ROUNDS = 5, 3
 VERDICT_ALLOWANCES = 3
 SETTLE_STEPS, REAL_STEPS, PROBE_STEPS = 2, 8, 6
 MAX_SETTLE_STEPS = 24
-# A round's steps: the untimed ones after the pause before it (the first round has no pause before it;
-# an excursion of PROBE_STEPS compute-only steps lasts about as many real steps, so about three times
-# that drain after it), the timed ones, and the one that holds the excursion.
-FIRST_ROUND_STEPS = SETTLE_STEPS + REAL_STEPS + 1
-ROUND_STEPS = min(MAX_SETTLE_STEPS, 3 * PROBE_STEPS) + REAL_STEPS + 1
 _DROPPED = 2  # compute-only steps left out of each excursion (the pipeline still fills its buffer meanwhile)
+# Rounds sized by time as well as steps: a round's timed real steps span at least ROUND_SECONDS, its compute-only
+# steps half that (eight real steps of 0.7 ms were 6 ms of evidence, and the verdict flipped from run to run).
+ROUND_SECONDS, MAX_ROUND_STEPS = 0.04, 256
+AFTER_FIT_MIN_STEPS = 9  # a fit with fewer timed steps left than this gets no verdict (3 blocks of 3)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """A round's steps for the fit's step time: the timed real ones, the compute-only ones of an excursion
+    (the first :data:`_DROPPED` left out) and the most untimed ones after an excursion."""
+
+    real: int = REAL_STEPS
+    probe: int = PROBE_STEPS
+    max_settle: int = MAX_SETTLE_STEPS
+
+    @classmethod
+    def for_step(cls, step_seconds: float | None) -> Sizes:
+        if not step_seconds or step_seconds <= 0:
+            return cls()
+        real = min(MAX_ROUND_STEPS, max(REAL_STEPS, math.ceil(ROUND_SECONDS / step_seconds)))
+        probe = _DROPPED + min(MAX_ROUND_STEPS, max(PROBE_STEPS - _DROPPED, math.ceil(ROUND_SECONDS / 2 / step_seconds)))
+        return cls(real, probe, max(MAX_SETTLE_STEPS, 3 * probe))
+
+    def steps_for(self, rounds: int) -> int:
+        """The fit's steps that ``rounds`` rounds take: the untimed ones after the pause before each (the first
+        round has none before it; an excursion lasts about as many real steps as it has compute-only ones, so
+        about three times that drain after it), the timed ones, and the one that holds the excursion."""
+        if not rounds:
+            return 0
+        return SETTLE_STEPS + self.real + 1 + (rounds - 1) * (min(self.max_settle, 3 * self.probe) + self.real + 1)
 
 
 def steps_for(rounds: int) -> int:
-    """The fit's steps that ``rounds`` rounds take."""
-    return FIRST_ROUND_STEPS + (rounds - 1) * ROUND_STEPS if rounds else 0
+    """The fit's steps that ``rounds`` rounds of the default sizes take."""
+    return Sizes().steps_for(rounds)
 
 
-def rounds_plan(steps_left: int | None) -> tuple[int, str | None]:
-    """(rounds to run, why none) for a fit with ``steps_left`` steps to go (None: unknown). The cost is
-    bounded as the rounds run (see :class:`InputAB`). A plan that counted only two untimed steps a round
-    started 5 rounds in a warm-up epoch of 54 steps left, which ended after 2 of them: their cost paid
-    for no verdict."""
+def rounds_plan(steps_left: int | None, step_seconds: float | None = None) -> tuple[int, str | None]:
+    """(rounds to run, why none) for a fit with ``steps_left`` steps to go (None: unknown) of
+    ``step_seconds``. 0 rounds with no reason: too short for rounds within the fit, long enough to time
+    every step left against compute-only steps after it (:data:`AFTER_FIT_MIN_STEPS`). The cost is bounded
+    as the rounds run (see :class:`InputAB`). A plan that counted only two untimed steps a round started 5
+    rounds in a warm-up epoch of 54 steps left, which ended after 2 of them: their cost paid for no verdict."""
     if steps_left is None:
         return ROUNDS, None
-    rounds = max((n for n in range(ROUNDS + 1) if steps_for(n) <= steps_left), default=0)
-    if rounds < MIN_ROUNDS:
-        return 0, (f"the fit had {max(steps_left, 0)} steps left after its warm-up, fewer than the "
-                   f"{steps_for(MIN_ROUNDS)} that {MIN_ROUNDS} rounds of real and compute-only steps need")
-    return rounds, None
+    sizes = Sizes.for_step(step_seconds)
+    rounds = max((n for n in range(ROUNDS + 1) if sizes.steps_for(n) <= steps_left), default=0)
+    if rounds >= MIN_ROUNDS:
+        return rounds, None
+    if steps_left >= AFTER_FIT_MIN_STEPS + SETTLE_STEPS:  # the untimed ones: the first's batch is kept
+        return 0, None
+    return 0, (f"the fit had {max(steps_left, 0)} steps left after its warm-up, fewer than the "
+               f"{AFTER_FIT_MIN_STEPS + SETTLE_STEPS} the A/B needs")
 
 
 class InputAB:
     """Runs the rounds as the fit's steps begin (see the module doc)."""
 
-    def __init__(self, model, fit_input, rounds: int, allowance_seconds: float | None, clock=time.monotonic):
+    def __init__(self, model, fit_input, rounds: int, allowance_seconds: float | None, clock=time.monotonic,
+                 sizes: Sizes | None = None):
+        """``rounds`` 0: every step left is timed, and the compute-only steps run once the fit has trained
+        (a fit too short for rounds within it: see :meth:`_after_fit`)."""
         self.model, self.fit_input = model, fit_input
         self.rounds, self.allowance_seconds, self.clock = rounds, allowance_seconds, clock
+        self.sizes = sizes or Sizes()
+        self.after_fit = rounds == 0
         self.real: list[list[float]] = [[]]
         self.compute: list[list[float]] = []
         self.excursions: list[list[float]] = []  # [start, end] of each, on the clock
@@ -107,7 +148,7 @@ class InputAB:
             return True
         if self.original is None:
             self._wrap()
-        if len(self.real[-1]) >= REAL_STEPS:
+        if not self.after_fit and len(self.real[-1]) >= self.sizes.real:
             if not self.excursions and not self._first_fits():
                 self.finish()
                 return True
@@ -164,13 +205,13 @@ class InputAB:
     def _settle_steps(self) -> int:
         """Real steps to leave untimed after an excursion: what the pipeline prefetched during it drains
         at the difference of two rates, so about three steps for every real step the excursion lasted
-        (at least :data:`SETTLE_STEPS`, at most :data:`MAX_SETTLE_STEPS`)."""
+        (at least :data:`SETTLE_STEPS`, at most the sizes' ``max_settle``)."""
         times = self.real[-2] if len(self.real) > 1 else self.real[-1]
         if not times or not self.excursions:
             return SETTLE_STEPS
         paused = self.excursions[-1][1] - self.excursions[-1][0]
         step = statistics.median(times)
-        return int(min(MAX_SETTLE_STEPS, max(SETTLE_STEPS, math.ceil(3 * paused / max(step, 1e-9)))))
+        return int(min(self.sizes.max_settle, max(SETTLE_STEPS, math.ceil(3 * paused / max(step, 1e-9)))))
 
     def _decided(self) -> bool:
         """The rounds so far (:data:`MIN_ROUNDS` or more) leave no doubt, so the rest would cost for nothing:
@@ -216,7 +257,9 @@ class InputAB:
         last = self.excursions[-1][1] - self.excursions[-1][0]
         return last - self._setup_in_excursion if len(self.excursions) == 1 else last
 
-    def _excursion(self) -> None:
+    def _excursion(self, steps: int | None = None, share: float | None = None) -> None:
+        """Compute-only steps on the cached batch: ``steps`` (default: the sizes' probe), their timing cut at
+        ``share`` seconds (default: a third of the allowance)."""
         began = steps_began = self.clock()
         try:
             if self.iterator is None:
@@ -226,10 +269,11 @@ class InputAB:
                 self.setup_seconds = self._setup_in_excursion = steps_began - began
             # Each excursion's steps get a third of the allowance, the making of the cached batch aside: a
             # first round cut to one step by it read a serial map's 35% cost as -20% (no verdict).
-            share = None if self.allowance_seconds is None else self.allowance_seconds / MIN_ROUNDS
+            if share is None and self.allowance_seconds is not None:
+                share = self.allowance_seconds / MIN_ROUNDS
             gap = statistics.median(self.gaps) if self.gaps else 0.0
             with restored(self.model):
-                times = time_steps(self.original, self.iterator, PROBE_STEPS, share, steps_began,
+                times = time_steps(self.original, self.iterator, steps or self.sizes.probe, share, steps_began,
                                    min_steps=_DROPPED + 1, gap=gap)
             self.compute.append(times[_DROPPED:])
         finally:
@@ -239,10 +283,27 @@ class InputAB:
 
     # -- the end --------------------------------------------------------------------
 
+    def _after_fit(self) -> None:
+        """A fit too short for rounds within it: its timed steps, in :data:`MIN_ROUNDS` consecutive blocks,
+        each against as many compute-only steps (and the dropped ones) run as the fit ends, within what a
+        verdict may cost. No excursion drains the pipeline's buffer mid-fit, so no real step settles."""
+        timed = self.real[0]
+        if len(timed) < AFTER_FIT_MIN_STEPS or self.original is None:
+            return
+        size = len(timed) // MIN_ROUNDS
+        blocks = [timed[i * size:(i + 1) * size] for i in range(MIN_ROUNDS - 1)] + [timed[(MIN_ROUNDS - 1) * size:]]
+        limit = VERDICT_ALLOWANCES * self.allowance_seconds if self.allowance_seconds is not None else None
+        for block in blocks:
+            share = None if limit is None else max(0.0, (limit - self.cost) / (MIN_ROUNDS - len(self.compute)))
+            self._excursion(_DROPPED + max(PROBE_STEPS - _DROPPED, len(block)), share)
+        self.real = blocks
+
     def finish(self) -> None:
         """Put the fit's train function back and report (at the last round, or when the fit ends first)."""
         if not self.active:
             return
+        if self.after_fit and not self.compute:
+            self._after_fit()
         self.active = False
         self.iterator = None  # the cached batch's pipeline: nothing of it outlives the A/B
         if self.original is not None and self.model.train_function is not self.original:
@@ -260,6 +321,9 @@ class InputAB:
             elif costly:
                 why = (f"{MIN_ROUNDS} rounds of compute-only steps ({last:.2f} s a round, measured) would cost more "
                        f"than {allowed}; tensorgauge run --diagnose measures it anyway")
+            elif self.after_fit:
+                why = (f"the fit timed {len(self.real[0])} steps, fewer than the {AFTER_FIT_MIN_STEPS} the A/B "
+                       "needs against compute-only steps")
             else:
                 why = (f"the fit ended after {len(self.compute)} of the {MIN_ROUNDS} rounds of real and compute-only "
                        "steps the A/B needs")
@@ -270,7 +334,8 @@ class InputAB:
         self.measured = True
         channel().emit(Kind.INPUT_AB, real_step_seconds=real, compute_step_seconds=self.compute,
                        cost_seconds=round(self.cost, 4), allowance_seconds=self.allowance_seconds,
-                       setup_seconds=round(self.setup_seconds, 4), source=self.source, shapes=self.shapes, settle_steps=self.settled,
+                       setup_seconds=round(self.setup_seconds, 4), source=self.source, shapes=self.shapes,
+                       settle_steps=self.settled, after_fit=self.after_fit,
                        excursions_before=[[round(now - a, 6), round(now - b, 6)] for a, b in self.excursions])
 
     def median_share(self) -> float:

@@ -27,7 +27,7 @@ import time
 
 from tensorgauge.hook.channel import channel
 from tensorgauge.hook.diagnose import fit_epochs, keras_backend, mode
-from tensorgauge.hook.input_ab import InputAB, rounds_plan
+from tensorgauge.hook.input_ab import InputAB, Sizes, rounds_plan
 from tensorgauge.hook.listeners import FitCall, FitListener, on_fit
 from tensorgauge.hook.probes import small_steps, spe_probe, xla_on_cpu, xla_probe
 from tensorgauge.hook.profiler_window import (
@@ -146,15 +146,15 @@ class _InputDiagnosis(FitListener):
         if _InputDiagnosis.longest_tried and (left is None or expected < 2 * _InputDiagnosis.longest_tried):
             self.decided = True  # not long enough to do better than the fit that tried before
             return
-        rounds, why = rounds_plan(left)
-        if not rounds:  # nothing spent: a longer fit after it tries (a 64-step warm-up epoch kept a 4-epoch fit out)
+        rounds, why = rounds_plan(left, step)
+        if why is not None:  # nothing spent: a longer fit after it tries (a 64-step warm-up epoch kept a 4-epoch fit out)
             self._skip(why)
             return
         _InputDiagnosis.longest_tried = max(_InputDiagnosis.longest_tried, expected)
         if not self.unbounded:
             self.budget = allowance(expected)
         self.decided = True
-        self.ab = InputAB(model, self.call.fit_input, rounds, self.budget)
+        self.ab = InputAB(model, self.call.fit_input, rounds, self.budget, sizes=Sizes.for_step(step))
         self.ab.on_step_begin()  # this step is the first of the A/B
 
     def _explain(self, now: float) -> None:

@@ -184,8 +184,9 @@ class InputAB(Common, total=False):
     compute_step_seconds: list[list[float]]  # per round: the same on one cached batch, repeated
     cost_seconds: float  # the compute-only excursions, variables saved and restored
     allowance_seconds: float | None  # what the diagnosis may cost in this fit (None: unbounded, --diagnose)
-    source: str  # where the cached batch comes from ("a real batch", the arrays' first rows, zeros)
+    source: str  # where the cached batch comes from ("a batch the fit produced", a peeked batch, the arrays' rows)
     settle_steps: int  # the most untimed real steps after an excursion
+    after_fit: bool  # a fit too short for rounds: its steps in blocks, the compute-only steps run as it ended
     setup_seconds: float  # the first excursion's making of the cached batch (in cost_seconds, paid once)
     excursions_before: list[list[float]]  # seconds before this event each excursion began and ended: the tool's pauses
     skipped: str  # why there is no A/B (a fit too short, the cost bound)
