@@ -16,11 +16,13 @@ parallel map, cache) is never advised again.
 from __future__ import annotations
 
 from tensorgauge.analyse.input_split import backend_input_wait, fit_input, loop_verdict, rounds_verdict
+from tensorgauge.analyse.phases import cpu_at
 from tensorgauge.analyse.rules import RunFacts, rule
 from tensorgauge.hook.protocol import INPUT_HIGH, INPUT_MODERATE, TRAIN_LOOP, FitConfig, Kind, LoopInput
 from tensorgauge.model import Finding, Phase
 
 SATURATED = 0.85  # cores busy / cores allowed at which more parallelism cannot help
+EPOCH_START_BUSY = 0.25  # cores the job kept busy through its epoch-start waits for them to be input work (idle: tf.data teardown)
 
 
 def ms(seconds: float) -> str:
@@ -104,6 +106,38 @@ def fit_input_bound(split: dict | None, fit: Phase | None, allowed: float, confi
                       f"{split.get('input_share_high', 0):.0%} of the step by round)")
 
 
+EPOCH_START_FIX = (
+    "Each epoch pays for its input before its first step: the pipeline starts over (a shuffle buffer refilled "
+    "through the map, files reopened, a cache rebuilt), while its steps wait for nothing once it runs. Put "
+    ".cache() after the expensive, deterministic stages and before the shuffle, so later epochs read their "
+    "results; or shuffle a smaller buffer, or fewer, longer epochs (dataset.repeat() with steps_per_epoch). "
+    "Or your callbacks' on_epoch_begin: the same place in time.")
+
+
+def epoch_start_input_bound(split: dict | None, fit: Phase | None, allowed: float,
+                            cores_busy: float | None) -> Finding | None:
+    """A TensorFlow fit that pays for its input as each epoch starts (:mod:`.epoch_starts`) where its A/B
+    found no cost in the steps, at :data:`INPUT_MODERATE` of its training time or more, the job's cores
+    busy through those waits (``cores_busy``, at least :data:`EPOCH_START_BUSY`: it computed, not waited
+    on tf.data's teardown, which ``stalls`` tells)."""
+    paid = (split or {}).get("epoch_start_input")
+    if not paid or fit is None or (split or {}).get("established") or paid["share"] < INPUT_MODERATE:
+        return None
+    if cores_busy is None or cores_busy < EPOCH_START_BUSY:
+        return None
+    share, per_epoch = paid["share"], paid["seconds"] / max(1, paid["epochs"])
+    return Finding(
+        id="input_bound", severity="high" if share >= INPUT_HIGH else "moderate",
+        title=f"Input costs {share:.0%} of training time as epochs start ({ms(per_epoch)} an epoch before its first "
+              f"step, {paid['epochs']} epochs); mid-epoch, steps wait for no input",
+        evidence={"epoch_start_share": share, "epoch_start_seconds": paid["seconds"], "epochs": paid["epochs"],
+                  "epoch_start_seconds_each": round(per_epoch, 4), "cores_busy": round(cores_busy, 2),
+                  "step_seconds": fit.step_seconds_p50, "input_share_per_step": (split or {}).get("input_share"),
+                  "cores_allowed": allowed},
+        fix=EPOCH_START_FIX,
+        expected_gain=f"up to {paid['seconds']:.1f} s ({share:.0%} of training time), the waits at epoch starts")
+
+
 def loop_input_bound(loop: LoopInput | None, fit: Phase | None, allowed: float, config: FitConfig | None = None) -> Finding | None:
     """A custom training loop whose ``next()`` waits longer than ``next()`` on one cached batch."""
     verdict = loop_verdict(loop)
@@ -177,4 +211,13 @@ def _input_bound(f: RunFacts) -> Finding | None:
     timed = fit_input(f.of_kind(Kind.FIT_INPUT), f.fit) if f.fit is not None else None
     if timed is not None and f.fit is not None:
         return backend_input_bound(timed, f.fit, f.cores_allowed)
-    return fit_input_bound(f.input_split, f.fit, f.cores_allowed, f.fit_config)
+    per_step = fit_input_bound(f.input_split, f.fit, f.cores_allowed, f.fit_config)
+    if per_step is not None:
+        return per_step
+    paid = (f.input_split or {}).get("epoch_start_input")
+    busy = None
+    if paid and len(f.samples) > 1:
+        spans = [(start, start + seconds) for start, seconds in paid["waits"]]
+        cpu = sum(cpu_at(f.samples, b) - cpu_at(f.samples, a) for a, b in spans)
+        busy = cpu / max(1e-9, sum(b - a for a, b in spans))
+    return epoch_start_input_bound(f.input_split, f.fit, f.cores_allowed, busy)

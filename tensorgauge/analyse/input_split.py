@@ -11,9 +11,11 @@ from __future__ import annotations
 import math
 import statistics
 
-from tensorgauge.analyse.phases import main_fit
+from tensorgauge.analyse.epoch_starts import epoch_start_input
+from tensorgauge.analyse.phases import main_fit, step_digests
 from tensorgauge.hook.protocol import INPUT_MODERATE, TRAIN_LOOP, WINDOW_START, Kind, LoopInput, as_payload, one_line
 from tensorgauge.model import Event, Phase
+from tensorgauge.steps import StepDigest
 
 
 def _median(values) -> float | None:
@@ -30,8 +32,26 @@ def _per_step(window: dict, key: str) -> float | None:
     return round(total / steps, 7) if total is not None and steps else None
 
 
-def input_split(events: list[Event], phases: list[Phase]) -> dict | None:
-    """``{"measured": bool, ...}`` for the run's training, or None when it did not train."""
+def input_split(events: list[Event], phases: list[Phase], digests: list[StepDigest] | None = None) -> dict | None:
+    """``{"measured": bool, ...}`` for the run's training, or None when it did not train; with
+    ``epoch_start_input`` where epochs paid for input as they started (:mod:`.epoch_starts`), from the
+    run's step ``digests`` (default: those in ``events``)."""
+    split = _step_split(events, phases)
+    fit = main_fit(phases)
+    if split is not None and fit is not None and fit.name != TRAIN_LOOP:
+        index = phases.index(fit)
+        epochs = [p for p in phases if p.kind == "epoch" and p.parent == index]
+        nested = [p for p in phases if fit.start <= p.start and p.end <= fit.end + 1e-6 and p is not fit]
+        if digests is None:
+            digests = list(step_digests(events).values())
+        paid = epoch_start_input(fit, epochs, digests, nested)
+        if paid and paid["epochs"]:
+            split["epoch_start_input"] = paid
+    return split
+
+
+def _step_split(events: list[Event], phases: list[Phase]) -> dict | None:
+    """The input's share of a training step (see :func:`input_split`)."""
     fit = main_fit(phases)
     if fit is None:
         return None
@@ -275,7 +295,7 @@ def describe(split: dict | None) -> str | None:
     if split is None:
         return None
     if not split.get("measured"):
-        return f"not measured: {split.get('why')}"
+        return f"not measured: {split.get('why')}" + _epoch_starts_text(split)
     step, wait = split.get("step_seconds"), split.get("input_wait_seconds")
     if step is None or wait is None:
         return "measured, but no step was timed"
@@ -300,4 +320,12 @@ def describe(split: dict | None) -> str | None:
         text += f"; next() itself {split['step_overhead_seconds'] * 1000:.2f} ms a step (step overhead, not input)"
     if split.get("cost_seconds"):
         text += f"; cost {split['cost_seconds']:.2f} s"
-    return text
+    return text + _epoch_starts_text(split)
+
+
+def _epoch_starts_text(split: dict) -> str:
+    paid = split.get("epoch_start_input")
+    if not paid:
+        return ""
+    return (f"; at epoch starts {paid['seconds']:.2f} s before their first steps ({paid['share']:.0%} of training, "
+            f"{paid['epochs']} epochs)")

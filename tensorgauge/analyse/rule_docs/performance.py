@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tensorgauge.analyse import diagnose as d
-from tensorgauge.analyse import input_rules, pauses
+from tensorgauge.analyse import epoch_starts, input_rules, pauses
 from tensorgauge.analyse import input_split as split
 from tensorgauge.analyse.rule_docs.base import RuleDoc, pct
 from tensorgauge.hook.protocol import (
@@ -32,7 +32,12 @@ DOCS = (
                  "fit's length (or 0.4 s for a short fit); `--diagnose` lifts that bound and adds a profiler "
                  "window that says whether the step waits for its batch or competes with the pipeline's threads "
                  "for the cores. A custom training loop is measured by timing its `next()` against `next()` on a "
-                 "cached batch; a fit on Keras' JAX or PyTorch backend by timing Keras' data iterator.",
+                 "cached batch; a fit on Keras' JAX or PyTorch backend by timing Keras' data iterator, in rounds "
+                 "of batches with a 95% interval. Rounds are sized by time as well as steps (short steps get "
+                 "more of them); a fit too short for rounds has all its steps after the warm-up timed against "
+                 "compute-only steps run as it ends. Input paid as epochs start (a shuffle buffer refilled "
+                 "through the map before each epoch's first step) is measured from each epoch's start to the end "
+                 "of its first step, against the fit's training time.",
         thresholds=(
             f"moderate: input is at least {pct(INPUT_MODERATE)} of the step, and the rounds bear it out (no single "
             f"round carries the verdict: every round at {pct(INPUT_MODERATE)} or more for a pooled "
@@ -42,6 +47,11 @@ DOCS = (
             f"high: input is at least {pct(INPUT_HIGH)} of the step",
             "a share the rounds do not bear out is reported as \"within noise\" on the `input` line, never as a "
             "finding",
+            f"at epoch starts: a wait of {epoch_starts.EPOCH_START_FACTOR:g}x the median step and at least "
+            f"{epoch_starts.EPOCH_START_MIN_SECONDS:g} s past a step, in epochs after the first, at "
+            f"{pct(INPUT_MODERATE)} of the training time or more, with {input_rules.EPOCH_START_BUSY:g} or more "
+            "of the job's cores busy through the waits (idle waits are `stalls`' to tell), where the steps "
+            "themselves showed no cost",
             f"the fix takes the cores into account: at {pct(input_rules.SATURATED)} of the allowed cores busy, "
             "more parallelism cannot help and the advice is to do less work per element",
         ),
