@@ -3,8 +3,8 @@ straddles the threshold is noise, not a finding that flips from run to run."""
 
 import random
 
-from tensorgauge.analyse.input_rules import backend_input_bound
-from tensorgauge.analyse.input_split import rounds_verdict
+from tensorgauge.analyse.input_rules import backend_input_bound, loop_input_bound
+from tensorgauge.analyse.input_split import _loop_split, rounds_verdict
 from tensorgauge.hook import fit_input
 from tensorgauge.model import Phase
 
@@ -61,3 +61,23 @@ def test_a_backend_fit_is_input_bound_only_when_its_interval_clears_the_threshol
     timed["rounds"] = rounds([0.30, 0.28, 0.33, 0.31, 0.29])
     found = backend_input_bound(timed, fit, 2.0)
     assert found.severity == "high" and found.evidence["input_share_low"] > 0.2
+
+
+def test_a_dataloader_loop_gets_a_verdict_from_its_waits_by_round():
+    """A custom loop over a PyTorch DataLoader: no tf.data iterator to pair with a cached batch, so its
+    next() waits, timed every step, are judged by round with their interval."""
+    from tensorgauge.hook.train_loop import TrainLoop
+
+    loop = TrainLoop(clock=lambda: 0.0, cpu=lambda: 0.0, phases=object())
+    for _ in range(400):
+        loop._keep(0.010, 0.004)  # a slow collate: 4 ms of each 10 ms step
+    assert len(loop.rounds) == 400 // 25 and loop.rounds[0] == [0.1, 0.25, 25]
+    payload = {"steps": 400, "step_seconds_p50": 0.010, "step_seconds_total": 4.0, "next_pairs": [],
+               "next_rounds": loop.rounds}
+    split = _loop_split(payload)
+    assert split["measured"] and split["established"] and abs(split["input_share"] - 0.4) < 1e-6
+    fit = Phase(name="train loop", kind="fit", start=0.0, end=4.0, steps=400, step_seconds_p50=0.01)
+    found = loop_input_bound(payload, fit, 2.0, {"backend": "torch", "loop": True})
+    assert found.severity == "high" and "num_workers" in found.fix and found.evidence["rounds"] == 16
+    quiet = {**payload, "next_rounds": rounds([0.01, 0.03, 0.08, 0.02, 0.06])}
+    assert not _loop_split(quiet)["established"] and loop_input_bound(quiet, fit, 2.0, {"backend": "torch"}) is None

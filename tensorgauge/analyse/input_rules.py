@@ -141,6 +141,8 @@ def epoch_start_input_bound(split: dict | None, fit: Phase | None, allowed: floa
 def loop_input_bound(loop: LoopInput | None, fit: Phase | None, allowed: float, config: FitConfig | None = None) -> Finding | None:
     """A custom training loop whose ``next()`` waits longer than ``next()`` on one cached batch."""
     verdict = loop_verdict(loop)
+    if verdict is None and loop is not None and fit is not None:
+        return _timed_loop_input_bound(loop, fit, allowed, config)
     if verdict is None or not verdict["established"]:
         return None
     step, lost, share = verdict["step_seconds"], verdict["input_wait_seconds"], verdict["input_share"]
@@ -157,6 +159,36 @@ def loop_input_bound(loop: LoopInput | None, fit: Phase | None, allowed: float, 
                    evidence=evidence, fix=fix,
                    expected_gain=f"up to {step / max(step - lost, 1e-9):.2f}x faster steps ({ms(step)} -> "
                                  f"{ms(step - lost)}, the step without its wait)")
+
+
+def _timed_loop_input_bound(loop: LoopInput, fit: Phase, allowed: float, config: FitConfig | None) -> Finding | None:
+    """A custom loop over an iterator that is not tf.data's (a PyTorch DataLoader): its next() waits by
+    round, established where their interval clears the threshold."""
+    by_round = rounds_verdict(loop.get("next_rounds") or [])
+    step = loop.get("step_seconds_p50")
+    if by_round is None or not by_round["established"] or not step:
+        return None
+    share = by_round["input_share"]
+    lost = step * share
+    torch = (config or {}).get("backend") == "torch"
+    fix = ("The loop waits in next() for its batches: the loader makes them in the training thread. "
+           + ("Give the DataLoader num_workers=N (and persistent_workers=True, pin_memory=True on a GPU) so "
+              "batches are made in parallel with the steps; a collate_fn that converts element by element "
+              "is worth vectorising." if torch else
+              "Make the batches in parallel with the steps (workers, prefetching), or do less work per batch."))
+    return Finding(
+        id="input_bound", severity="high" if share >= INPUT_HIGH else "moderate",
+        title=f"The training loop waits for input {share:.0%} of each step ({ms(lost)} of {ms(step)}, "
+              f"{by_round['input_share_low']:.0%} to {by_round['input_share_high']:.0%} over {by_round['rounds']} "
+              "rounds)",
+        evidence={"input_share": share, "input_share_low": by_round["input_share_low"],
+                  "input_share_high": by_round["input_share_high"], "rounds": by_round["rounds"],
+                  "input_wait_seconds_per_step": round(lost, 7), "step_seconds": step,
+                  "measured_by": "next() on the loop's iterator, timed every step, by round",
+                  "cores_busy_mean": round(fit.cores_busy_mean, 2), "cores_allowed": allowed},
+        fix=fix,
+        expected_gain=f"up to {step / max(step - lost, 1e-9):.2f}x faster steps ({ms(step)} -> {ms(step - lost)}, "
+                      "the step without its wait)")
 
 
 # Keras' JAX and PyTorch iterators make each batch in the training thread, between steps. Wrapping arrays

@@ -278,6 +278,13 @@ def _loop_split(loop: LoopInput) -> dict:
     """A custom training loop's input wait: its ``next()`` calls against the cached batch's (see
     :func:`loop_verdict`), or, where none were paired, not measured."""
     verdict = loop_verdict(loop)
+    by_round = rounds_verdict(loop.get("next_rounds") or []) if verdict is None else None
+    if by_round is not None:  # a DataLoader (no tf.data iterator to pair with a cached batch): its waits by round
+        step = loop.get("step_seconds_p50")
+        return {"measured": True, "steps": loop.get("steps"), "step_seconds": step,
+                "input_wait_seconds": round(step * by_round["input_share"], 7) if step else None,
+                "compute_only_step_seconds": None, "cost_seconds": 0.0, "allowance_seconds": None,
+                "measured_by": "next() on the loop's iterator, timed every step, by round", **by_round}
     if verdict is None:
         why = ("the loop's next() calls were not paired with next() on a cached batch (too few steps, or not a "
                "tf.data iterator: a PyTorch DataLoader's wait is timed, not paired)")

@@ -30,6 +30,14 @@ ROUND_BATCHES, ROUND_SECONDS = 8, 0.25  # a round: at least this many batches an
 MAX_ROUNDS = 256  # past this, neighbouring rounds are merged (a day-long fit keeps a bounded event)
 
 
+def keep_round(rounds: list[list[float]], wait: float, span: float, batches: int) -> list[list[float]]:
+    """``rounds`` with ``[wait, span, batches]`` added; past :data:`MAX_ROUNDS`, neighbours merged."""
+    rounds.append([round(wait, 6), round(span, 6), int(batches)])
+    if len(rounds) > MAX_ROUNDS:
+        rounds = [[a[0] + b[0], a[1] + b[1], a[2] + b[2]] for a, b in zip(rounds[::2], rounds[1::2])]
+    return rounds
+
+
 class InputClock:
     """The batches one fit's data iterator produced and the seconds they took: in all, at each epoch's
     start (its first ``next()`` starts the iterator), and by round (``[wait, span, batches]``: the
@@ -62,10 +70,7 @@ class InputClock:
             return
         current = self._round
         if current is not None and current[2] >= ROUND_BATCHES and start - current[0] >= ROUND_SECONDS:
-            self.rounds.append([round(current[1], 6), round(start - current[0], 6), int(current[2])])
-            if len(self.rounds) > MAX_ROUNDS:
-                self.rounds = [[a[0] + b[0], a[1] + b[1], a[2] + b[2]]
-                               for a, b in zip(self.rounds[::2], self.rounds[1::2])]
+            self.rounds = keep_round(self.rounds, current[1], start - current[0], int(current[2]))
             current = None
         if current is None:
             current = self._round = [start, 0.0, 0]

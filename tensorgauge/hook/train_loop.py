@@ -33,6 +33,7 @@ from tensorgauge.hook import eager_probe, fixes
 from tensorgauge.hook.agent import Agent, _Open, agent
 from tensorgauge.hook.channel import channel, process_cpu_seconds
 from tensorgauge.hook.diagnose import mode, send_loop_config, tracing_now
+from tensorgauge.hook.fit_input import ROUND_BATCHES, ROUND_SECONDS, keep_round
 from tensorgauge.hook.listeners import on_keras, on_tensorflow
 from tensorgauge.hook.protocol import TRAIN_LOOP, Kind
 from tensorgauge.hook.wrapping import wrap_once
@@ -79,6 +80,8 @@ class TrainLoop:
         self.floor_after = False
         self.tried = False  # the cached iterator was built (or failed to be): once per loop
         self.pairs: list[list[float]] = []  # [a real next(), next() on the cached batch, 0 before / 1 after]
+        self.rounds: list[list[float]] = []  # [seconds in next(), step seconds, steps] of consecutive steps
+        self._round: list = [0.0, 0.0, 0]
         self.own = 0.0  # seconds of the tool's own work since the mark (left out of the step)
         self.own_total = 0.0
 
@@ -257,6 +260,13 @@ class TrainLoop:
     def _keep(self, seconds: float, waited: float) -> None:
         self.totals[0] += seconds
         self.totals[1] += waited
+        current = self._round
+        current[0] += waited
+        current[1] += seconds
+        current[2] += 1
+        if current[2] >= ROUND_BATCHES and current[1] >= ROUND_SECONDS:  # a round for the verdict's interval
+            self.rounds = keep_round(self.rounds, *current)
+            self._round = [0.0, 0.0, 0]
         for kept, value in ((self.step_seconds, seconds), (self.next_seconds, waited)):
             kept.append(value)
             if len(kept) > KEPT:
@@ -272,6 +282,7 @@ class TrainLoop:
                        next_seconds_p50=statistics.median(self.next_seconds) if self.next_seconds else None,
                        step_seconds_total=round(self.totals[0], 6), next_seconds_total=round(self.totals[1], 6),
                        next_pairs=[[round(a, 7), round(b, 7), order] for a, b, order in self.pairs],
+                       next_rounds=self.rounds,
                        pairs_cost_seconds=round(self.own_total, 6))
 
 
