@@ -55,3 +55,17 @@ def test_a_healthy_fit_or_an_idle_wait_is_not_input_at_epoch_starts():
     # 0.3 s of each 1.3 s epoch: 23%, found.
     assert epoch_start_input_bound(split, fit, 2.0, cores_busy=0.9).severity == "high"
     assert epoch_start_input(fit, epochs[:1], digests, validations) is None  # one epoch: no epoch after the first
+
+
+def test_one_slow_epoch_start_is_a_pause_not_how_the_pipeline_works():
+    """The healthy demo once had one epoch start 196 ms late (6% of its training): not input at epoch starts."""
+    fit, epochs, digests, validations = epochs_of(3, 100, 0.024, 0.0)
+    slow = StepDigest(2)
+    seconds = [0.196 + 0.024] + [0.024] * 99
+    slow.add(seconds, list(np.cumsum(seconds) + epochs[1].start))
+    digests[1] = slow
+    assert epoch_start_input(fit, epochs, digests, validations)["epochs"] == 0
+    # The tool's own pause at an epoch start is not the job's.
+    fit, epochs, digests, validations = epochs_of(10, 8, 0.004, 0.2)
+    own = [(e.start, e.start + 0.2) for e in epochs]
+    assert epoch_start_input(fit, epochs, digests, validations, own)["epochs"] == 0

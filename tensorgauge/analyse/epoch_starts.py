@@ -12,18 +12,22 @@ from __future__ import annotations
 
 import bisect
 
+from tensorgauge.analyse.phases import seconds_outside
 from tensorgauge.model import Phase
 from tensorgauge.steps import StepDigest
 
 EPOCH_START_FACTOR, EPOCH_START_MIN_SECONDS = 5.0, 0.05  # an epoch's start this far past a step counts
+MIN_EPOCHS = 2  # ... in this many epochs after the first at least, and in most of them
 
 
 def epoch_start_input(fit: Phase | None, epochs: list[Phase], digests: list[StepDigest],
-                      nested: list[Phase] | None = None) -> dict | None:
+                      nested: list[Phase] | None = None, own: list[tuple[float, float]] | None = None) -> dict | None:
     """``{"epochs", "seconds", "share", "waits"}``: the epochs after the first whose start took
-    :data:`EPOCH_START_FACTOR` x the median step and :data:`EPOCH_START_MIN_SECONDS` or more past a step,
-    the seconds they took beyond a step, their share of the fit's training time (its epochs less their
-    validation passes), and each wait as ``[start, seconds]``. None without a median step or two epochs."""
+    :data:`EPOCH_START_FACTOR` x the median step and :data:`EPOCH_START_MIN_SECONDS` or more past a step
+    (the tool's ``own`` pauses left out), the seconds they took beyond a step, their share of the fit's
+    training time (its epochs less their validation passes), and each wait as ``[start, seconds]``. It
+    counts only where most epochs after the first (and two or more) pay it: one slow epoch start is a
+    pause, not how the pipeline works. None without a median step or two epochs."""
     if fit is None or not fit.step_seconds_p50 or len(epochs) < 2:
         return None
     p50 = fit.step_seconds_p50
@@ -38,11 +42,13 @@ def epoch_start_input(fit: Phase | None, epochs: list[Phase], digests: list[Step
     waits = []
     for i, epoch in enumerate(epochs[1:], start=1):  # the first epoch's start is the fit's start-up
         if i in first_end:
-            beyond = first_end[i] - epoch.start - p50
+            beyond = seconds_outside(epoch.start, first_end[i] - epoch.start, own or []) - p50
             if beyond >= max(EPOCH_START_FACTOR * p50, EPOCH_START_MIN_SECONDS):
                 waits.append([round(epoch.start, 3), round(beyond, 4)])
     validation = sum(p.end - p.start for p in nested or [] if p.kind == "evaluate" and epochs[1].start <= p.start)
     training = sum(p.end - p.start for p in epochs[1:]) - validation
+    if len(waits) < max(MIN_EPOCHS, (len(epochs) - 1) / 2):
+        waits = []
     seconds = sum(w[1] for w in waits)
     return {"epochs": len(waits), "seconds": round(seconds, 3),
             "share": round(min(1.0, seconds / training), 4) if training > 0 else 0.0, "waits": waits[:50]}

@@ -44,7 +44,8 @@ def input_split(events: list[Event], phases: list[Phase], digests: list[StepDige
         nested = [p for p in phases if fit.start <= p.start and p.end <= fit.end + 1e-6 and p is not fit]
         if digests is None:
             digests = list(step_digests(events).values())
-        paid = epoch_start_input(fit, epochs, digests, nested)
+        own = [(e.t - a, e.t - b) for e in events if e.kind == Kind.INPUT_AB for a, b in e.data.get("excursions_before") or []]
+        paid = epoch_start_input(fit, epochs, digests, nested, own)
         if paid and paid["epochs"]:
             split["epoch_start_input"] = paid
     return split

@@ -7,7 +7,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable
 
-from tensorgauge.analyse.phases import cpu_at, main_fit
+from tensorgauge.analyse.phases import cpu_at, main_fit, seconds_outside
 from tensorgauge.analyse.rules import RunFacts, rule
 from tensorgauge.hook.protocol import Kind
 from tensorgauge.model import Finding, Phase, Severity
@@ -52,11 +52,6 @@ def diagnosis_pauses(probes: list[dict], ends: list[float], excursions: list[lis
         began = end - stop - sum(data.get("step_seconds") or []) - start
         out += [(end - stop, end), (began, began + start)]
     return out
-
-
-def _outside(begin: float, seconds: float, pauses: list[tuple[float, float]]) -> float:
-    """Seconds of [begin, begin + seconds] outside the tool's own pauses."""
-    return seconds - sum(max(0.0, min(begin + seconds, b) - max(begin, a)) for a, b in pauses)
 
 
 def _after_last_step(fit: Phase, nested: list[Phase], digests: list[StepDigest]) -> float | None:
@@ -106,7 +101,7 @@ def stalls(fit: Phase | None, epochs: list[Phase], digests: list[StepDigest],
     found: dict[float, dict] = {}  # by when the stall began
     for epoch in epochs[1:]:  # the first epoch's start is the fit's start-up
         first = first_of.get(id(epoch))
-        wait = _outside(epoch.start, first[0] - epoch.start, own) if first is not None else 0.0
+        wait = seconds_outside(epoch.start, first[0] - epoch.start, own) if first is not None else 0.0
         if wait >= limit:
             found[round(epoch.start, 3)] = {"t": round(epoch.start, 3), "seconds": round(wait, 3),
                                             "epoch": epoch.name, "at_epoch_start": True}
@@ -125,13 +120,13 @@ def stalls(fit: Phase | None, epochs: list[Phase], digests: list[StepDigest],
             if seconds < bound:
                 continue
             begin = end - seconds
-            seconds = _outside(begin, seconds, own if validation else own_training)
+            seconds = seconds_outside(begin, seconds, own if validation else own_training)
             if seconds >= bound:
                 found[round(begin, 3)] = {"t": round(begin, 3), "seconds": round(seconds, 3), "epoch": epoch.name,
                                           "at_epoch_start": False, **({"in_validation": True} if validation else {})}
     done = _after_last_step(fit, nested or [], digests)
     if done is not None:
-        tail = _outside(done, fit.end - done, own_training)
+        tail = seconds_outside(done, fit.end - done, own_training)
         if tail >= limit:
             found[round(done, 3)] = {"t": round(done, 3), "seconds": round(tail, 3), "epoch": "fit",
                                      "at_epoch_start": False, "after_last_step": True}

@@ -29,6 +29,11 @@ def as_series(samples: SampleSeries | list[Sample]) -> SampleSeries:
     return samples if isinstance(samples, SampleSeries) else SampleSeries.from_samples(samples)
 
 
+def seconds_outside(begin: float, seconds: float, pauses: list[tuple[float, float]]) -> float:
+    """Seconds of [begin, begin + seconds] outside ``pauses`` (the tool's own)."""
+    return seconds - sum(max(0.0, min(begin + seconds, b) - max(begin, a)) for a, b in pauses)
+
+
 def cpu_at(series: SampleSeries, t: float) -> float:
     """The tree's cumulative CPU at ``t``, interpolated between samples."""
     import numpy as np
