@@ -2,6 +2,7 @@
 
 import json
 import os
+import resource
 import shlex
 import signal
 import subprocess
@@ -230,13 +231,16 @@ def test_a_job_flooding_its_events_keeps_its_samples_and_a_readable_run(store_pa
            "\"phase_kind\": \"fit\"}\\n' % time.monotonic()\n"
            "os.write(fd, (line * 300_000).encode())\n"
            "time.sleep(3)\n")
-    started = time.monotonic()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     assert subprocess.run([*tg_cmd, "run", "-q", "--", PY, "-c", job], timeout=120).returncode == 0
-    took = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     store = Store.open(store_path)
     record = store.run("last")
     assert record.samples_taken >= 0.9 * record.wall_seconds / record.interval_seconds, record
-    assert took < record.wall_seconds + 8  # the run's end is not held for the flood
+    # The run's end is not held for the flood: it reads at most 8 MiB more, not the 30 MB, and keeps 50,000
+    # events. Held as the CPU the tool and its job used (8.1-9.6 s here, most of it analysing the 50,000 phases
+    # kept), which a loaded machine does not stretch as it stretches the wall time (11-13 s for a 3.2 s job).
+    assert (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime) < 15
     assert record.events_dropped and record.events_dropped >= 300_000 - MAX_EVENTS
     assert len(store.events(record.run_id)) <= MAX_EVENTS + 10
 
