@@ -50,7 +50,8 @@ ID_WIDTH = 28  # the widest id column in `runs` (ours are 20 characters)
 END_WORDS = {"oom_killer": "the kernel's OOM killer", "framework_oom": "the framework's allocation failed"}
 
 
-def render_runs(console: Console, listing, peaks: dict[str, tuple[int | None, int]], filtered: bool = False) -> None:
+def render_runs(console: Console, listing: Listing | list[RunRecord], peaks: dict[str, tuple[int | None, int]],
+                filtered: bool = False) -> None:
     """``runs``: a :class:`~tensorgauge.analyse.run_list.Listing` (or a list of records), newest first, trials
     under their parent run (listed, or counted), and how many runs the limit left out."""
     if not isinstance(listing, Listing):
