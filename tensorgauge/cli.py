@@ -34,6 +34,19 @@ def _grace(text: str) -> float:
     return seconds
 
 
+RUNS_SHOWN = 20  # runs listed by default
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     """Call the verb's function with typed arguments taken from the parsed ones."""
     verb = args.verb
@@ -50,7 +63,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         return module.run(list(args.command), options, try_fixes=args.try_fixes, backends=args.backends,
                           find_batch_size=args.find_batch_size)
     calls = {
-        "runs": lambda: module.runs(args.store),
+        "runs": lambda: module.runs(args.store, limit=args.limit, name=args.name, job=args.job, expand=args.expand),
         "show": lambda: module.show(args.store, args.run, args.json, args.start, args.end),
         "rm": lambda: module.rm(args.store, args.runs),
         "devices": lambda: module.devices(args.path, args.json, args.device, args.input_shape, args.logical_cpus),
@@ -147,7 +160,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
     p.set_defaults(verb="run")
 
-    p = sub.add_parser("runs", parents=[common], help="list recorded runs")
+    p = sub.add_parser("runs", parents=[common], help="list recorded runs, newest first",
+                       description="The newest runs first. The runs a run made of its own (--try-fixes' fixes, "
+                                   "pytest --tensorgauge's tests) are counted under it; --all lists them.")
+    p.add_argument("--limit", type=_count, default=RUNS_SHOWN, metavar="N",
+                   help=f"show the newest N runs (default {RUNS_SHOWN}; 0: all)")
+    p.add_argument("--name", metavar="NAME", help="only runs whose name contains NAME (or matches it as a shell "
+                                                  "pattern, e.g. 'try-fixes: *')")
+    p.add_argument("--job", metavar="JOB", help="only the runs of the distributed job JOB")
+    p.add_argument("--all", dest="expand", action="store_true",
+                   help="list each run's trial runs under it (by default only counted)")
     p.set_defaults(verb="runs")
 
     p = sub.add_parser("show", parents=[common], help="show one run: summary, phases, account")

@@ -176,6 +176,12 @@ class RunRecord(Record):
                                           default=None)
     events_dropped: int | None = declared("int?", "events", "valid events from the job not kept: past the most "
                                           "a run keeps, or still unread when the run ended", default=None)
+    diagnosis: str | None = declared("text?", source="the input A/B's setting: 'auto', 'always' (--diagnose), "
+                                     "'off' (--no-diagnose), 'in-process' (tensorgauge.monitor(), %%tensorgauge: "
+                                     "not run)", default=None)
+    parent_run_id: str | None = declared("text?", source="the run this one is a trial of, listed under it by "
+                                         "'runs': --try-fixes' first run, or a pytest --tensorgauge session's "
+                                         "first test", default=None)
 
 
 # The parts of RunRecord.env and RunRecord.budget that tensorgauge reads (other keys are kept, never read).

@@ -11,7 +11,8 @@ subprocess), with limits set by a marker, and a summary at the end of the sessio
 - ``max_growth_per_call``: the median rise of RSS from one fit/predict/evaluate call's end to the next
   (three calls or more).
 
-Each test's run is stored like any other (``tensorgauge show``; ``--tensorgauge-store`` picks the store).
+Each test's run is stored like any other (``tensorgauge show``; ``--tensorgauge-store`` picks the store);
+``tensorgauge runs`` lists a session's tests under its first test's run.
 Registered as a pytest plugin (entry point ``pytest11``); inactive without ``--tensorgauge``.
 """
 
@@ -20,7 +21,10 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-import pytest
+try:
+    import pytest
+except ImportError:  # imported outside pytest, where pytest is not installed
+    raise ImportError("tensorgauge's pytest plugin needs pytest: pip install 'tensorgauge[pytest]'") from None
 
 MARKER = ("tensorgauge(max_memory=None, max_step=None, max_growth_per_call=None): limits on what the test adds "
           "to memory, its median step and its memory growth per model call, checked under --tensorgauge")
@@ -89,6 +93,7 @@ class TestFigures:
 
 
 _RESULTS = pytest.StashKey[list]()
+_FIRST_RUN = pytest.StashKey[str]()
 
 
 def _figures(store_path: str | None, run_id: str) -> tuple[float | None, int | None]:
@@ -117,8 +122,11 @@ def pytest_runtest_call(item):
     limits = Limits.of(item.get_closest_marker("tensorgauge"))
     store = item.config.getoption("tensorgauge_store")
     start = process_rss_bytes() or 0
-    with monitor(name=f"pytest {item.nodeid}", store=store) as run, PeakRss() as peak:
+    first = item.config.stash.get(_FIRST_RUN, None)  # the session's first test's run: its tests' parent
+    with monitor(name=f"pytest {item.nodeid}", store=store, parent_run_id=first) as run, PeakRss() as peak:
         result = yield
+    if first is None:
+        item.config.stash[_FIRST_RUN] = run.run_id
     step, growth = _figures(store, run.run_id) if run.run_id else (None, None)
     figures = TestFigures(item.nodeid, run.run_id, max(0, peak.peak - start), step, growth)
     item.config.stash[_RESULTS].append(figures)

@@ -42,6 +42,11 @@ def format_seconds(s: float | None) -> str:
     return f"{int(hours)}h{int(minutes):02d}m"
 
 
+def format_result(value: float, unit: str) -> str:
+    """A benchmark's result: a time as µs, ms or s (45 ms, never '0.0 s'), else one decimal and its unit."""
+    return format_seconds(value) if unit == "s" else f"{value:,.1f} {unit}"
+
+
 def format_share(part: float, whole: float) -> str:
     return f"{100.0 * part / whole:.0f}%" if whole > 0 else "-"
 

@@ -79,7 +79,7 @@ def test_a_step_fails_only_when_the_step_distributions_separate():
 
 def test_causes_name_a_removed_prefetch_and_a_larger_model():
     removed = check(side("a"), side("b", step=0.015, stages=["_MapDataset", "_BatchDataset"]))
-    assert removed.causes[0].startswith("the input pipeline changed (prefetch removed)")
+    assert removed.causes[0].startswith("the input pipeline changed: prefetch removed")
     wider = check(side("a"), side("b", step=0.015, weights=int(4 * MiB * 1.6)))
     assert wider.causes[0].startswith("the model's weights: 4.0 MiB -> 6.4 MiB (+60%)")
 

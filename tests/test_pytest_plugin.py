@@ -36,7 +36,7 @@ def test_the_test_over_its_memory_limit_fails_with_figures_and_passes_when_raise
     assert "tensorgauge" in result.stdout and "OVER  test_job.py::test_large" in result.stdout  # the summary
     raised = pytest_in(tmp_path, "512MiB", store=store)
     assert raised.returncode == 0 and "2 passed" in raised.stdout, raised.stdout
-    runs = subprocess.run([sys.executable, "-m", "tensorgauge", "runs", "--store", str(store)],
+    runs = subprocess.run([sys.executable, "-m", "tensorgauge", "runs", "--all", "--store", str(store)],
                           capture_output=True, text=True)
     assert runs.stdout.count("pytest test_job.py::tes") == 4  # each test a stored run
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tensorgauge.analyse.phases import top_level
-from tensorgauge.hook.protocol import TRAIN_LOOP, Kind
+from tensorgauge.hook.protocol import BATCH_TRIAL_PHASE, TRAIN_LOOP, Kind
 from tensorgauge.model import Event, Phase, Summary
 from tensorgauge.units import format_bytes, format_seconds, format_share
 
 KIND_WORDS = {"custom": "your own phases (tensorgauge.phase)"}
+TRIAL_WORDS = "the batch-size trials (--find-batch-size)"
 
 
 def _kind_totals(phases: list[Phase], cpu_total: float) -> dict[str, list]:
@@ -90,6 +91,9 @@ def account(phases: list[Phase], summary: Summary, wall_seconds: float, cores_al
     by_kind = []
     totals = _kind_totals(phases, summary.cpu_seconds)
     words = dict(KIND_WORDS)
+    trials = [p.name.startswith(BATCH_TRIAL_PHASE) for p in phases if p.kind == "custom"]
+    if any(trials):  # --find-batch-size's trials are custom phases, but not the user's own
+        words["custom"] = TRIAL_WORDS if all(trials) else f"{KIND_WORDS['custom']} and {TRIAL_WORDS}"
     if any(p.kind == "fit" and p.name == TRAIN_LOOP for p in phases):
         words["fit"] = "training (the job's own train loop)" if not any(
             p.kind == "fit" and p.name != TRAIN_LOOP for p in phases) else "training (fit and the job's train loop)"

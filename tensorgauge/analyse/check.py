@@ -13,13 +13,12 @@ size, the input's share of the step, new findings, then the environment (:mod:`.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tensorgauge.analyse.compare import Side, environment_differences, format_value
+from tensorgauge.analyse.compare import Side, environment_differences
+from tensorgauge.analyse.job_changes import format_change, format_value, job_changes
 from tensorgauge.analyse.phases import model_calls
-from tensorgauge.hook.protocol import Kind
 from tensorgauge.units import format_bytes, format_seconds
 
 # Run-to-run ratios an unchanged job reaches on a noisy 2-core VM, with a margin: below these, a
@@ -29,12 +28,6 @@ NOISE = {"step": 1.20, "cpu": 1.20, "memory": 1.05}
 # A run during which other work kept this many more cores busy than during the baseline's: its times
 # are not comparable (an unchanged job ran 1.4-1.8x slower, and used 1.3-1.45x the CPU, beside a test suite).
 BUSIER_CORES = 0.25
-CONFIG = (("run_eagerly", "fit runs eagerly (run_eagerly)"), ("functions_run_eagerly",
-                                                               "tf.functions run eagerly"),
-          ("jit_compile", "XLA (jit_compile)"), ("steps_per_execution", "steps_per_execution"),
-          ("batch_size", "batch size"), ("intra_op_threads", "TensorFlow intra-op threads"),
-          ("inter_op_threads", "TensorFlow inter-op threads"), ("backend", "Keras backend"))
-
 
 @dataclass
 class Limits:
@@ -64,7 +57,7 @@ class Check:
 
     def describe(self) -> str:
         a, b = _figure(self.baseline, self.unit), _figure(self.current, self.unit)
-        return f"{self.name}: {a} -> {b} ({_change(self.ratio)})"
+        return f"{self.name}: {a} -> {b} ({format_change(self.ratio)})"
 
 
 @dataclass
@@ -105,10 +98,6 @@ def _figure(value: float, unit: str) -> str:
     if unit == "bytes":
         return format_bytes(int(value))
     return format_seconds(value) if unit == "s" else f"{value:.2f} {unit}"
-
-
-def _change(ratio: float) -> str:
-    return f"{(ratio - 1) * 100:+.0f}%"
 
 
 def _calls(side: Side) -> dict[str, Any]:
@@ -152,58 +141,9 @@ def busier_by(a: Side, b: Side) -> float | None:
     return None if oa is None or ob is None else round(ob - oa, 3)
 
 
-def _fit_config(side: Side) -> dict:
-    return next((e.data for e in side.report.events if e.kind == Kind.FIT_CONFIG and not e.data.get("loop")),
-                None) or next((e.data for e in side.report.events if e.kind == Kind.FIT_CONFIG), {})
-
-
-def _weights(side: Side) -> int | None:
-    found = [e.data.get("weights_bytes") for e in side.report.events
-             if e.kind == Kind.MEMORY_FACTS and e.data.get("weights_bytes")]
-    return found[-1] if found else None
-
-
-def _input_share(side: Side) -> float | None:
-    split = side.report.input_split or {}
-    return split.get("input_share") if split.get("measured") else None
-
-
-STAGE_NAMES = {"_PrefetchDataset": "prefetch", "_ParallelMapDataset": "map(num_parallel_calls)",
-               "_MapDataset": "map", "_CacheDataset": "cache", "_ShuffleDataset": "shuffle",
-               "_BatchDataset": "batch", "_ParallelBatchDataset": "batch(num_parallel_calls)"}
-
-
-def _stages(config: dict) -> list[str]:
-    return [STAGE_NAMES.get(s, s.strip("_").removesuffix("Dataset").lower()) for s in config.get("dataset_stages")
-            or []]
-
-
-def _stage_change(sa: list[str], sb: list[str]) -> str:
-    """'map(num_parallel_calls) -> map', 'prefetch removed', 'cache added' (stages outermost first)."""
-    if len(sa) == len(sb):
-        return "; ".join(f"{x} -> {y}" for x, y in zip(sa, sb) if x != y)
-    removed, added = [s for s in sa if s not in sb], [s for s in sb if s not in sa]
-    return "; ".join(x for x in (f"{', '.join(removed)} removed" if removed else "",
-                                 f"{', '.join(added)} added" if added else "") if x) or "reordered"
-
-
 def causes(a: Side, b: Side, new_findings: list[dict]) -> list[str]:
     """What changed in the job between the baseline ``a`` and the run ``b``, most direct first."""
-    out = []
-    ca, cb = _fit_config(a), _fit_config(b)
-    for key, label in CONFIG:
-        if key in ca and key in cb and ca[key] != cb[key] and not (ca[key] is None or cb[key] is None):
-            out.append(f"{label}: {format_value(ca[key])} -> {format_value(cb[key])}")
-    sa, sb = _stages(ca), _stages(cb)
-    if sa and sb and sa != sb:
-        out.append(f"the input pipeline changed ({_stage_change(sa, sb)}): {' <- '.join(sa)} -> {' <- '.join(sb)}")
-    wa, wb = _weights(a), _weights(b)
-    if wa and wb and abs(math.log(wb / wa)) >= math.log(1.05):
-        out.append(f"the model's weights: {format_bytes(wa)} -> {format_bytes(wb)} ({_change(wb / wa)}): "
-                   "more compute and memory per step")
-    ia, ib = _input_share(a), _input_share(b)
-    if ia is not None and ib is not None and abs(ib - ia) >= 0.10:
-        out.append(f"the input's share of fit's step: {ia:.0%} -> {ib:.0%} (measured by the A/B)")
+    out = job_changes(a, b)
     for finding in new_findings:
         out.append(f"new finding {finding['id']}: {finding['title']}")
     for diff in environment_differences(a, b):

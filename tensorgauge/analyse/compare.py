@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
 from tensorgauge.analyse.bench import bench_results
+from tensorgauge.analyse.job_changes import format_value, job_changes
 from tensorgauge.analyse.placement import gpus_seen
 from tensorgauge.hook.protocol import Kind
 
@@ -176,6 +177,7 @@ class Comparison:
     results: list[Result] = field(default_factory=list)
     explanations: list[dict] = field(default_factory=list)
     unexplained: list[Result] = field(default_factory=list)
+    job_changes: list[str] = field(default_factory=list)  # what changed in the job itself (as check names it)
     largest: Result | None = None  # the phase whose wall time changed most (significantly), in seconds
 
     @property
@@ -196,7 +198,15 @@ class Comparison:
         return {"schema": "tensorgauge.compare/1", "a": side(self.a), "b": side(self.b),
                 "environment": self.environment, "results": [r.to_dict() for r in self.results],
                 "explanations": self.explanations, "unexplained": [r.to_dict() for r in self.unexplained],
+                "job_changes": self.job_changes,
                 "largest": self.largest.to_dict() if self.largest else None, "headline": self.headline}
+
+
+def reasons(doc: dict) -> list[str]:
+    """A comparison's (``to_dict``) explanations, most likely first: what changed in the job itself (the
+    most direct cause, as ``check`` names it), then the environment differences with a measured effect."""
+    return ([f"The job changed: {c}." for c in doc.get("job_changes") or []]
+            + [e["text"] for e in doc["explanations"] if e["affected"]])
 
 
 def _plain(value: Any) -> Any:
@@ -323,12 +333,6 @@ def format_figure(value: float, unit: str) -> str:
     return format_bytes(int(value)) if unit == "bytes" else f"{value:,.2f} {unit}"
 
 
-def format_value(v: Any) -> str:
-    if isinstance(v, list):
-        return ", ".join(map(str, v)) or "none"
-    return str(v)
-
-
 def format_slowdown(slowdown: float, unit: str = "s") -> str:
     """B against A: 'slower'/'faster' for times and rates, 'more'/'less' for CPU time and memory."""
     if round(slowdown, 2) == 1.0:
@@ -349,7 +353,7 @@ def _input_effect(results: list[Result], score: float) -> float:
 
 def compare(a: Side, b: Side) -> Comparison:
     """Environment differences, result differences and ranked explanations of B against A."""
-    result = Comparison(a, b, environment_differences(a, b))
+    result = Comparison(a, b, environment_differences(a, b), job_changes=job_changes(a, b))
     bench = _bench_results(a, b)
     # Two bench runs: the benchmarks are the results; their inner fit/save phases would repeat them.
     result.results = bench + [r for r in _phase_results(a, b) if not bench or r.group == "import"]

@@ -32,11 +32,20 @@ def _per_step(window: dict, key: str) -> float | None:
     return round(total / steps, 7) if total is not None and steps else None
 
 
-def input_split(events: list[Event], phases: list[Phase], digests: list[StepDigest] | None = None) -> dict | None:
-    """``{"measured": bool, ...}`` for the run's training, or None when it did not train; with
-    ``epoch_start_input`` where epochs paid for input as they started (:mod:`.epoch_starts`), from the
+# Why the A/B did not run, by the run's ``diagnosis`` setting (None: a run recorded before it was kept).
+NOT_RUN = {"off": "diagnosis was off (--no-diagnose)",
+           "in-process": "tensorgauge.monitor() and %%tensorgauge do not run the input A/B in the job's own process "
+                         "(tensorgauge run -- python train.py does)",
+           None: "the input A/B did not run (--no-diagnose, or recorded by tensorgauge.monitor())"}
+
+
+def input_split(events: list[Event], phases: list[Phase], diagnosis: str | None = None,
+                digests: list[StepDigest] | None = None) -> dict | None:
+    """``{"measured": bool, ...}`` for the run's training, or None when it did not train; ``diagnosis``:
+    the run's setting (:attr:`~tensorgauge.model.RunRecord.diagnosis`), which says why the A/B did not run.
+    With ``epoch_start_input`` where epochs paid for input as they started (:mod:`.epoch_starts`), from the
     run's step ``digests`` (default: those in ``events``)."""
-    split = _step_split(events, phases)
+    split = _step_split(events, phases, diagnosis)
     fit = main_fit(phases)
     if split is not None and fit is not None and fit.name != TRAIN_LOOP:
         index = phases.index(fit)
@@ -51,7 +60,7 @@ def input_split(events: list[Event], phases: list[Phase], digests: list[StepDige
     return split
 
 
-def _step_split(events: list[Event], phases: list[Phase]) -> dict | None:
+def _step_split(events: list[Event], phases: list[Phase], diagnosis: str | None) -> dict | None:
     """The input's share of a training step (see :func:`input_split`)."""
     fit = main_fit(phases)
     if fit is None:
@@ -71,7 +80,7 @@ def _step_split(events: list[Event], phases: list[Phase]) -> dict | None:
     if ab is None:
         if window is not None and window.get("step_seconds"):  # a run recorded before the A/B
             return _window_split(window, _first(events, Kind.COMPUTE_PROBE))
-        why = ("diagnosis was off (--no-diagnose)" if (fit.steps or 0) > WINDOW_START else
+        why = (NOT_RUN.get(diagnosis, NOT_RUN[None]) if (fit.steps or 0) > WINDOW_START else
                f"the fit ran {fit.steps} steps, fewer than the {WINDOW_START + 1} the A/B waits for" if fit.steps
                else f"no step of the fit was recorded (the A/B waits for {WINDOW_START + 1})")
         return {"measured": False, "why": why}

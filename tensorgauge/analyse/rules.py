@@ -69,7 +69,7 @@ class RunFacts:
         """How much of the training's step input costs (:mod:`.input_split`)."""
         from tensorgauge.analyse.input_split import input_split
 
-        return input_split(self.events, self.phases, self.step_digests)
+        return input_split(self.events, self.phases, self.record.diagnosis, self.step_digests)
 
     def of_kind(self, kind: str) -> list[Event]:
         return self.by_kind.get(kind, [])

@@ -83,7 +83,8 @@ class RunReport:
         for digest in digests.values():
             steps.merge(digest)
         return cls(record=record, events=events, summary=summary, phases=phases, findings=findings,
-                   timeline=timeline.build(series, steps, wall), input_split=input_split(events, phases, list(digests.values())),
+                   timeline=timeline.build(series, steps, wall),
+                   input_split=input_split(events, phases, record.diagnosis, list(digests.values())),
                    memory={"end_cause": end_cause(record, events),
                            "memory_breakdown": run_breakdown(series, events, phases),
                            "post_mortem": post_mortem(record, series, events, phases),

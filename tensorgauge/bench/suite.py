@@ -42,6 +42,11 @@ def _best_seconds(fn, repeats: int) -> float:
     return best
 
 
+def _result(value: float, unit: str) -> str:
+    """'45 ms' for a time under a second (one decimal of a second showed it as '0.0 s'); else one decimal."""
+    return f"{value * 1000:,.1f} ms" if unit == "s" and value < 1 else f"{value:,.1f} {unit}"
+
+
 def run(config: dict) -> dict:
     results: dict[str, dict] = {}
 
@@ -49,7 +54,7 @@ def run(config: dict) -> dict:
         results[name] = {"value": value, "unit": unit, "higher_is_better": higher_is_better,
                          "seconds": round(seconds, 6), "group": group}
         channel().emit(Kind.BENCH_RESULT, name=name, **results[name])
-        _progress(f"{name}: {value:,.1f} {unit}")
+        _progress(f"{name}: {_result(value, unit)}")
 
     import numpy as np
 

@@ -40,6 +40,7 @@ class RecordOptions:
     keep_job_on_failure: bool = False
     stop_grace_seconds: float = 10.0  # after a SIGTERM or SIGINT passed on, before the tree is killed
     extra_env: dict[str, str] | None = None  # set for the job (e.g. KERAS_BACKEND by --backends)
+    observers: tuple[Exporter, ...] = ()  # more outputs of the live run (e.g. --find-batch-size's progress)
 
 
 def _check_checkpoint_dir(folder: str) -> None:
@@ -106,6 +107,7 @@ def record(command: list[str], options: RecordOptions) -> tuple[int, str]:
 
         prometheus = PrometheusExporter(options.prometheus)
         exporters.append(prometheus)
+    exporters.extend(options.observers)
     err = functools.cache(lambda: console(stderr=True))  # rich only when something is printed
     if options.live and err().is_terminal:
         from tensorgauge.live.view import LiveView

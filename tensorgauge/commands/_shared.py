@@ -77,17 +77,23 @@ def tell(line: str) -> None:
         print(line, file=DroppingStream(sys.stderr))
 
 
+PIPED_WIDTH = 132  # the width of tables when the output is not a terminal
+
+
 def console(stderr: bool = False) -> Console:
     from rich.console import Console
 
     stream = sys.stderr if stderr else sys.stdout
     if stream is None:  # started with that descriptor closed: print nowhere, never fail for it
         return Console(file=open(os.devnull, "w"), highlight=False)  # noqa: SIM115 (lives as long as the command)
-    # Piped output has no width: rich's default of 80 columns would fold the phase table.
-    width = None if stream.isatty() else 132
+    # Piped output has no width: rich's default of 80 columns would fold the phase table, so tables get
+    # PIPED_WIDTH; its lines are never wrapped (a figure stays with its unit, a suggested command whole).
+    # On a terminal, lines wrap at its width by words.
+    piped = not stream.isatty()
+    width = PIPED_WIDTH if piped else None
     if stderr:  # the tool's own messages: a broken stderr must not end the command (rich exits 1 on it)
-        return Console(file=cast("IO[str]", DroppingStream(stream)), highlight=False, width=width)
-    return Console(stderr=stderr, highlight=False, width=width)
+        return Console(file=cast("IO[str]", DroppingStream(stream)), highlight=False, width=width, soft_wrap=piped)
+    return Console(stderr=stderr, highlight=False, width=width, soft_wrap=piped)
 
 
 def progress_printer() -> Callable[[str], None]:

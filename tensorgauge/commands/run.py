@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 
 from tensorgauge.commands._recording import RecordOptions, record
 from tensorgauge.commands._shared import console, open_store, progress_printer, write_text
@@ -43,13 +44,59 @@ def parse_backends(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+# What installs each backend for the job's Python (PyTorch's own selector picks its CPU or CUDA build).
+BACKEND_INSTALL = {"tensorflow": "pip install 'tensorgauge[tensorflow]'", "jax": "pip install 'tensorgauge[jax]'",
+                   "torch": "pip install torch"}
+_FIND_SPECS = ("import importlib.util, sys; "
+               "print(' '.join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))")
+
+
+def job_python(command: list[str]) -> str | None:
+    """The interpreter that runs ``command`` when it is one (``python``, ``python3.11``, a venv's), else None."""
+    import os
+    import re
+    import shutil
+
+    program = command[0] if command else ""
+    if not re.fullmatch(r"python[0-9.]*", os.path.basename(program)):
+        return None
+    return program if os.sep in program else shutil.which(program)
+
+
+def missing_backends(command: list[str], names: list[str]) -> list[str]:
+    """The backends the job's Python cannot import (``importlib.util.find_spec``), asked before any runs;
+    none when the command is not a Python interpreter (a script or wrapper: its Python is not known)."""
+    import importlib.util
+    import os
+    import subprocess
+    import sys
+
+    python = job_python(command)
+    if python is None:
+        return []
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        return [n for n in names if importlib.util.find_spec(n) is None]
+    try:
+        found = subprocess.run([python, "-c", _FIND_SPECS, *names], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return []  # the job's own run will tell
+    return found.stdout.split() if found.returncode == 0 else []
+
+
 def _backends(command: list[str], options: RecordOptions, text: str) -> int:
     """The job once per backend (``KERAS_BACKEND``), each a stored run; then each compared with the first."""
     from tensorgauge.analyse.compare import compare
     from tensorgauge.commands._shared import CommandStore, load_side
+    from tensorgauge.monitoring.runner import resolve_command
     from tensorgauge.render.compare import render_compare
 
     names = parse_backends(text)
+    resolve_command(command)
+    missing = [n for n in missing_backends(command, names) if n in BACKEND_INSTALL]
+    if missing:
+        raise TensorgaugeError("--backends: " + "; ".join(f"{n} is not installed for the job's Python "
+                                                          f"({BACKEND_INSTALL[n]})" for n in missing)
+                               + "; nothing was run")
     say = progress_printer()
     runs: list[tuple[str, int, str]] = []
     for backend in names:
@@ -93,6 +140,32 @@ def _try_fixes(command: list[str], options: RecordOptions) -> int:
 FIND_SHARE_OF_AVAILABLE = 0.8  # without --max-memory: the budget the search keeps to
 
 
+class TrialProgress:
+    """--find-batch-size's progress: one line per trial as the job reports it (batch, peak, examples/s)."""
+
+    def __init__(self, say: Callable[[str], None]):
+        self.say = say
+
+    def start(self, record) -> None:
+        pass
+
+    def observe(self, sample, events) -> None:
+        from tensorgauge.hook.protocol import Kind
+        from tensorgauge.units import format_bytes
+
+        for event in events:
+            if event.kind != Kind.BATCH_TRIAL:
+                continue
+            trial = event.data
+            rate = trial.get("examples_per_second")
+            self.say(f"batch size {trial.get('batch_size')}: RSS peak {format_bytes(trial.get('peak_bytes'))}, "
+                     + (f"failed ({trial['error']})" if trial.get("error") else
+                        f"{rate:,.0f} examples/s" if rate else "no step timed"))
+
+    def close(self) -> None:
+        pass
+
+
 def _find_batch_size(command: list[str], options: RecordOptions) -> int:
     """One recorded run whose first fit is tried at growing batch sizes (see
     :mod:`tensorgauge.hook.batch_finder`); prints the trials and the recommendation."""
@@ -103,7 +176,7 @@ def _find_batch_size(command: list[str], options: RecordOptions) -> int:
     from tensorgauge.monitoring.limits import parse_memory
     from tensorgauge.render.terminal import render_batch_search
 
-    say = progress_printer()
+    say = progress_printer() if not options.quiet else (lambda line: None)
     memory = psutil.virtual_memory()
     if options.max_memory:
         budget = parse_memory(options.max_memory, memory.total)
@@ -114,7 +187,8 @@ def _find_batch_size(command: list[str], options: RecordOptions) -> int:
             f"available now ({budget / 2**30:.2f} GiB)")
     env = {**(options.extra_env or {}), FIND_BATCH_ENV: str(budget)}
     code, run_id = record(command, dataclasses.replace(options, name=options.name or "find batch size",
-                                                       extra_env=env))
+                                                       extra_env=env, observers=(*options.observers,
+                                                                                 TrialProgress(say))))
     with open_store(options.store) as store:
         report = RunReport.load(store, run_id)
     search = report.memory.get("batch_size_search")

@@ -1,4 +1,5 @@
-"""``tensorgauge runs``: list the recorded runs."""
+"""``tensorgauge runs``: list the recorded runs, newest first, with the runs a run made of its own (its
+trials: --try-fixes' fixes, pytest --tensorgauge's tests) counted, or listed, under it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from pathlib import Path
 from tensorgauge.commands._shared import console, open_store
 
 
-def runs(store: str | None) -> int:
+def runs(store: str | None, limit: int = 0, name: str | None = None, job: str | None = None,
+         expand: bool = False) -> int:
+    from tensorgauge.analyse.run_list import Listing, select
     from tensorgauge.render.terminal import render_runs
     from tensorgauge.store import default_store_path, is_url
     from tensorgauge.store.location import check_location
@@ -16,11 +19,12 @@ def runs(store: str | None) -> int:
     location = store or str(default_store_path())
     check_location(location)
     if not is_url(location) and not Path(location).exists():
-        render_runs(console(), [], {})
+        render_runs(console(), Listing(), {}, filtered=bool(name or job))
         return 0
     damaged: list[tuple[str, str]] = []
     with open_store(store, create=False) as opened:
-        render_runs(console(), opened.runs(damaged), opened.peaks())
+        render_runs(console(), select(opened.runs(damaged), limit, name, job, expand), opened.peaks(),
+                    filtered=bool(name or job))
     for run_id, why in damaged:
         print(f"tensorgauge: skipped run {run_id}: {why}", file=sys.stderr)
     return 0

@@ -26,7 +26,7 @@ from tensorgauge.hook.agent import agent
 from tensorgauge.hook.channel import channel
 from tensorgauge.hook.facts import PeakRss
 from tensorgauge.hook.listeners import FitCall, FitListener, on_fit
-from tensorgauge.hook.protocol import FIND_BATCH_ENV, Kind
+from tensorgauge.hook.protocol import BATCH_TRIAL_PHASE, FIND_BATCH_ENV, Kind
 from tensorgauge.hook.wrapping import innermost, original_of
 
 TRIAL_STEPS = 6  # a trial's steps: the first traces the step for the new shape; the peak over all
@@ -83,7 +83,7 @@ class Trials:
     def run(self, batch: int) -> dict:
         steps = TRIAL_STEPS if not self.rows else max(1, min(TRIAL_STEPS, self.rows // batch))
         marks: list[float] = []
-        phase = agent().begin(f"batch size trial {batch}", "custom")
+        phase = agent().begin(f"{BATCH_TRIAL_PHASE} {batch}", "custom")
         start = time.monotonic()
         error = None
         try:

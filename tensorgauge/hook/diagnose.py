@@ -31,15 +31,14 @@ from typing import Any
 
 from tensorgauge.hook.channel import channel, process_rss_bytes
 from tensorgauge.hook.listeners import FitCall, FitListener, on_fit, on_tensorflow
-from tensorgauge.hook.protocol import DIAGNOSE_ENV, WINDOW_ENV, Kind
+from tensorgauge.hook.protocol import DIAGNOSE_ENV, WINDOW_ENV, Kind, diagnosis_mode
 from tensorgauge.hook.wrapping import wrap_once
 
 
 def mode() -> str:
     """"auto" (the default: the input window within its cost bound), "always" (--diagnose), or ""
     (--no-diagnose)."""
-    value = os.environ.get(DIAGNOSE_ENV, "")
-    return "always" if value in ("1", "always") else "auto" if value == "auto" else ""
+    return diagnosis_mode(os.environ.get(DIAGNOSE_ENV))
 
 
 def keras_backend(model) -> str:

@@ -17,10 +17,11 @@ a typical probe), else the ``eager_probe`` event says it was skipped and why.
 
 from __future__ import annotations
 
+import os
 import time
 
 from tensorgauge.hook.channel import channel
-from tensorgauge.hook.protocol import Kind, error_text
+from tensorgauge.hook.protocol import DIAGNOSE_ENV, Kind, error_text
 from tensorgauge.hook.timing import time_calls
 
 PROBE_AT, STEPS, WARMUP = 20, 8, 2
@@ -35,8 +36,11 @@ def due(steps: int, loop_seconds: float, mode: str) -> bool:
 
 
 def skip_reason(mode: str) -> str:
-    return ("diagnosis is off (--no-diagnose)" if not mode else
-            f"the loop ran under {AUTO_AFTER_SECONDS:.0f} s, too short to pay for a trace of its model within the "
+    if not mode:  # tensorgauge run sets the setting, "off" included; without it the monitor is in-process
+        return ("diagnosis is off (--no-diagnose)" if os.environ.get(DIAGNOSE_ENV) else
+                "tensorgauge.monitor() and %%tensorgauge do not run the diagnosis in the job's own process "
+                "(tensorgauge run -- python train.py does)")
+    return (f"the loop ran under {AUTO_AFTER_SECONDS:.0f} s, too short to pay for a trace of its model within the "
             "diagnosis' 1% bound; tensorgauge run --diagnose measures it")
 
 

@@ -55,6 +55,13 @@ FIND_BATCH_ENV = "TENSORGAUGE_FIND_BATCH"  # --find-batch-size: the memory budge
 
 WINDOW_START = 10  # training steps before the input window (tracing, warm-up): it needs a fit longer than that
 TRAIN_LOOP = "train loop"  # the name of a custom training loop's phase (kind "fit")
+BATCH_TRIAL_PHASE = "batch size trial"  # --find-batch-size: each trial's phase (kind "custom"), then its batch
+
+
+def diagnosis_mode(value: str | None) -> str:
+    """The input A/B's setting from :data:`DIAGNOSE_ENV`: "always" (--diagnose), "auto" (within its cost
+    bound), or "" (off: --no-diagnose sets "off"; unset, as in ``tensorgauge.monitor()``)."""
+    return "always" if value in ("1", "always") else "auto" if value == "auto" else ""
 
 
 class Kind:

@@ -17,6 +17,7 @@ import warnings
 
 from tensorgauge.hook import install as install_hook
 from tensorgauge.hook.channel import Channel, process_cpu_seconds, set_channel
+from tensorgauge.hook.protocol import DIAGNOSE_ENV, diagnosis_mode
 from tensorgauge.monitoring.limits import check_interval
 from tensorgauge.monitoring.monitor import Sources
 from tensorgauge.monitoring.recording import Recording, new_record, new_run_id
@@ -29,8 +30,8 @@ class monitor:
     """``with tensorgauge.monitor(name="nb") as run: model.fit(...)``; then ``run.run_id``."""
 
     def __init__(self, name: str | None = None, store: str | None = None, interval_seconds: float = 0.1,
-                 sources: Sources | None = None):
-        self.name, self.store_path = name, store
+                 sources: Sources | None = None, parent_run_id: str | None = None):
+        self.name, self.store_path, self.parent_run_id = name, store, parent_run_id
         self.interval_seconds = check_interval(interval_seconds, "interval_seconds")
         self.sources = sources or Sources()
         self.run_id: str | None = None
@@ -46,7 +47,8 @@ class monitor:
         self._t0 = clock.now()
         self._cpu0 = process_cpu_seconds()
         record = new_record(self.run_id, [sys.executable, *sys.argv], self._t0, name=self.name,
-                            interval_seconds=self.interval_seconds, env={"host": self.sources.host()})
+                            interval_seconds=self.interval_seconds, env={"host": self.sources.host()},
+                            diagnosis=diagnosis_mode(os.environ.get(DIAGNOSE_ENV)) or "in-process", parent_run_id=self.parent_run_id)
         self._recording = Recording(self._store, record, clock)  # the job's thread never waits on the store
         tree, _ = self.sources.watch_tree(os.getpid(), self.run_id, None)
         first = tree.read()

@@ -111,7 +111,8 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
         extra_env: dict[str, str] | None = None, observers: Sequence[Observer] = (),
         job: str | None = None, sources: Sources | None = None,
         report: Callable[[str], None] | None = None, keep_job_on_failure: bool = False,
-        store_wait_seconds: float = STORE_WAIT_SECONDS, stop_grace_seconds: float = STOP_GRACE_SECONDS) -> RunResult:
+        store_wait_seconds: float = STORE_WAIT_SECONDS, stop_grace_seconds: float = STOP_GRACE_SECONDS,
+        parent_run_id: str | None = None) -> RunResult:
     """Run ``command`` to its end under the monitor and record it in ``store``.
 
     With a ``budget``, the job is kept inside it (see :mod:`tensorgauge.monitoring.budget`);
@@ -121,7 +122,8 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     see every sample and event as it is recorded (live view, TensorBoard, Prometheus);
     ``job`` groups the workers of one distributed job (else taken from ``TF_CONFIG``);
     ``sources``: where readings come from (the real ones by default); ``report``: where
-    a problem of the monitor's own (an observer failing, a store that fails) is told.
+    a problem of the monitor's own (an observer failing, a store that fails) is told; ``parent_run_id``:
+    the run this one is a trial of (``runs`` lists it under that one).
 
     The job runs in a process group of its own; signals sent to the monitor go to the
     whole group and every process of its cgroup (a ``setsid`` child left the group), each followed
@@ -141,8 +143,7 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     mode = ("always" if diagnose else "") if isinstance(diagnose, bool) else diagnose
     if mode not in ("auto", "always", ""):
         raise ValueError(f"diagnose must be 'auto', 'always' or '', not {diagnose!r}")
-    if mode:
-        env[DIAGNOSE_ENV] = mode
+    env[DIAGNOSE_ENV] = mode or "off"  # set either way: a job without it was not started by run (see eager_probe)
     env.update(extra_env or {})
     watch = None
     if budget is not None and not budget.empty:
@@ -184,7 +185,8 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
         # "gpus": what the driver shows, whatever TensorFlow sees.
         record = new_record(run_id, command, t0, started_at=started_at, cwd=cwd, name=name,
                             interval_seconds=interval_seconds, tree_source="cgroup" if group else "procfs",
-                            job_id=job_id, env={"host": {**sources.host(), "gpus": gpus.names},
+                            job_id=job_id, diagnosis=mode or "off", parent_run_id=parent_run_id,
+                            env={"host": {**sources.host(), "gpus": gpus.names},
                                                 **({"worker": worker} if worker else {})})
         recording = Recording(store, record, clock)
         if on_start:

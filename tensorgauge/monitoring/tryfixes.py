@@ -10,7 +10,8 @@ CPUs allowed. ``cache`` is timed in the second epoch, once the first has
 filled the cache, and only where that is sound and affordable: a finite
 pipeline whose functions draw no random numbers, fit for two epochs or more,
 the cache under a quarter of the RAM and the first epoch under two minutes.
-Every window is a stored run of its own.
+Every window is a stored run of its own; the fixes' runs name the baseline's as their parent
+(``tensorgauge runs`` lists them under it).
 """
 
 from __future__ import annotations
@@ -180,7 +181,8 @@ def try_fixes(command: list[str], store: Store, steps: int = 10,
             if config.get("dataset_python_ops"):
                 caveat = ("the map calls Python (numpy_function/py_function), which tensorgauge cannot check for "
                           "randomness: cache it only if it returns the same result for the same element")
-        result = run(command, store, name=f"try-fixes: {fix}", extra_env=env, diagnose="")
+        result = run(command, store, name=f"try-fixes: {fix}", extra_env=env, diagnose="",
+                     parent_run_id=base.record.run_id)
         windows, _, _ = _window(store, result.record.run_id)
         step = statistics.median(windows) if windows else None
         trials.append(Trial(fix, CANDIDATES[fix], result.record.run_id, step, windows,

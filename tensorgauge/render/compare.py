@@ -5,9 +5,9 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from tensorgauge.analyse.compare import SIGNIFICANT, format_slowdown, format_value
+from tensorgauge.analyse.compare import SIGNIFICANT, format_slowdown, format_value, reasons
 from tensorgauge.render.text import safe
-from tensorgauge.units import format_bytes, format_seconds
+from tensorgauge.units import format_bytes, format_result, format_seconds
 
 
 def flatten(prefix: str, value) -> list[tuple[str, str]]:
@@ -45,7 +45,7 @@ def render_bench(console: Console, results: dict[str, dict], run_id: str) -> Non
     for column in ("benchmark", "result", "time", "cores busy", "RSS peak"):
         table.add_column(column, justify="left" if column == "benchmark" else "right")
     for name, r in results.items():
-        table.add_row(safe(name), f"{r['value']:,.1f} {safe(str(r['unit']))}", format_seconds(r.get("seconds")),
+        table.add_row(safe(name), safe(format_result(r["value"], str(r["unit"]))), format_seconds(r.get("seconds")),
                       f"{r['cores_busy_mean']:.2f}" if r.get("cores_busy_mean") is not None else "-",
                       format_bytes(r.get("rss_peak_bytes")) if r.get("rss_peak_bytes") else "-")
     console.print(table)
@@ -92,17 +92,19 @@ def render_compare(console: Console, comparison) -> None:
         console.print(table)
     if doc.get("headline"):
         console.print(safe(doc["headline"]))
-    explanations = [e for e in doc["explanations"] if e["affected"]]
-    if explanations:
+    why = reasons(doc)
+    if why:
         console.print("[bold]Why, most likely first[/bold]")
-        for i, e in enumerate(explanations, 1):
-            console.print(f" {i}. {safe(e['text'])}")
+        for i, text in enumerate(why, 1):
+            console.print(f" {i}. {safe(text)}")
     quiet = [e["label"] for e in doc["explanations"] if not e["affected"]]
     if quiet:
         console.print(f"Differences with no measured effect here: {safe(', '.join(quiet))}.")
     if doc["unexplained"]:
         names = ", ".join(f"{r['name']} ({_ratio(r['slowdown'], r['unit'])})" for r in doc["unexplained"][:8])
-        console.print(f"Changed with no recorded environment difference (noise, load, or the job itself): {names}")
+        cause = ("most likely the job's own changes above" if doc.get("job_changes") else
+                 "noise, load, or the job itself")
+        console.print(f"Changed with no recorded environment difference ({cause}): {names}")
 
 
 

@@ -156,14 +156,14 @@ def run_page(report, js: str | None = None) -> str:
 
 
 def _comparison_table(comparison) -> str:
-    from tensorgauge.analyse.compare import format_slowdown, format_value
+    from tensorgauge.analyse.compare import format_slowdown, format_value, reasons
 
     doc = comparison.to_dict()
     env = "".join(f"<tr><td>{_e(d['label'])}</td><td>{_e(format_value(d['a']))}</td><td>{_e(format_value(d['b']))}"
                   "</td></tr>" for d in doc["environment"]) or "<tr><td>no differences</td><td></td><td></td></tr>"
     results = "".join(f"<tr><td>{_e(r['name'])}</td><td>{_e(r['a'])} {_e(r['unit'])}</td><td>{_e(r['b'])} "
                       f"{_e(r['unit'])}</td><td>{_e(format_slowdown(r['slowdown'], r['unit']))}</td></tr>" for r in doc["results"])
-    why = "".join(f"<li>{_e(e['text'])}</li>" for e in doc["explanations"] if e["affected"])
+    why = "".join(f"<li>{_e(text)}</li>" for text in reasons(doc))
     if doc.get("headline"):
         why = f"<p>{_e(doc['headline'])}</p>" + why
     return (f"<table><tr><th>environment</th><th>A</th><th>B</th></tr>{env}</table>"

@@ -10,8 +10,10 @@ from rich.table import Table
 from tensorgauge.analyse.account import account
 from tensorgauge.analyse.input_split import describe as describe_split
 from tensorgauge.analyse.memory_breakdown import describe as describe_memory
+from tensorgauge.analyse.run_list import Listing
 from tensorgauge.analyse.run_report import RunReport
-from tensorgauge.model import Finding, Phase, RunRecord, Sample
+from tensorgauge.hook.protocol import Kind
+from tensorgauge.model import Event, Finding, Phase, RunRecord, Sample
 from tensorgauge.render.phase_columns import phase_columns
 from tensorgauge.render.text import safe, sampled_figures
 from tensorgauge.units import format_bytes, format_seconds
@@ -48,29 +50,45 @@ ID_WIDTH = 28  # the widest id column in `runs` (ours are 20 characters)
 END_WORDS = {"oom_killer": "the kernel's OOM killer", "framework_oom": "the framework's allocation failed"}
 
 
-def render_runs(console: Console, records: list[RunRecord], peaks: dict[str, tuple[int | None, int]]) -> None:
+def render_runs(console: Console, listing: Listing | list[RunRecord], peaks: dict[str, tuple[int | None, int]],
+                filtered: bool = False) -> None:
+    """``runs``: a :class:`~tensorgauge.analyse.run_list.Listing` (or a list of records), newest first, trials
+    under their parent run (listed, or counted), and how many runs the limit left out."""
+    if not isinstance(listing, Listing):
+        listing = Listing(rows=[(r, 0) for r in listing])
+    records = [r for r, _ in listing.rows]
     if not records:
-        console.print("No runs recorded yet. Record one with: tensorgauge run -- python train.py")
+        console.print("No runs match." if filtered else
+                      "No runs recorded yet. Record one with: tensorgauge run -- python train.py")
         return
     table = Table(box=None, header_style="bold")
     # Ids are shown whole (a run is named by them) up to ID_WIDTH (an imported one may be 64 characters:
     # its start is enough to name it); a long name or command is cut instead.
-    id_width = min(ID_WIDTH, max(len(r.run_id) for r in records))
+    id_width = min(ID_WIDTH, max(len(r.run_id) + 2 * depth for r, depth in listing.rows))
     exit_width = max(len(outcome(r)) for r in records)  # never cut to "exit" by a long id or name
     for column in ("id", "name", "command", "started", "wall", "exit", "peak RSS", "cores"):
         table.add_column(column, justify="right" if column in ("wall", "peak RSS", "cores") else "left",
                          no_wrap=True, overflow="ellipsis" if column in ("id", "name", "command") else "fold",
                          min_width=id_width if column == "id" else exit_width if column == "exit" else None,
                          max_width=24 if column == "name" else ID_WIDTH if column == "id" else None)
-    for r in records:
+    for r, depth in listing.rows:
         peak, _ = peaks.get(r.run_id, (None, 0))
         peak = peak or None
         cores = (r.cpu_seconds_total / r.wall_seconds
                  if r.cpu_seconds_total is not None and r.wall_seconds else None)
-        table.add_row(safe(r.run_id), safe(r.name or ""), safe(command_text(r.command, 30)),
+        table.add_row(("└ " if depth else "") + safe(r.run_id), safe(r.name or ""), safe(command_text(r.command, 30)),
                       safe(r.started_at[5:16].replace("T", " ")), format_seconds(r.wall_seconds), outcome(r),
                       format_bytes(peak), f"{cores:.2f}" if cores is not None else "-")
+        if r.run_id in listing.folded:
+            count = listing.folded[r.run_id]
+            table.add_row("", f"└ {count} trial run{'s' if count > 1 else ''}", *[""] * 6)
     console.print(table)
+    if listing.folded:
+        console.print("[dim]trial runs (--try-fixes' fixes, pytest --tensorgauge's tests) are counted under the run "
+                      "they belong to: tensorgauge runs --all lists them[/dim]")
+    if listing.more:
+        console.print(f"[dim]… {listing.more} older run{'s' if listing.more > 1 else ''} not shown: tensorgauge runs "
+                      "--limit 0 lists all; --name NAME or --job JOB picks some[/dim]")
 
 
 def _depths(phases: list[Phase]) -> list[int]:
@@ -151,6 +169,15 @@ def render_budget(console: Console, budget: dict) -> None:
             console.print(f"  checkpoint {safe(budget['checkpoint'])}: run the same command again to resume")
 
 
+def ended_by(events: list[Event]) -> str | None:
+    """'ValueError: the message' of the exception that ended the job (its ``job_error``), else None."""
+    error = next((e.data for e in reversed(events) if e.kind == Kind.JOB_ERROR), None)
+    if error is None:
+        return None
+    message = str(error.get("message") or "").strip()
+    return str(error.get("type") or "an exception") + (f": {message}" if message else "")
+
+
 def render_run(console: Console, report: RunReport) -> None:
     r, s = report.record, report.summary
     wall = r.wall_seconds if r.wall_seconds is not None else report.timeline.get("wall_seconds") or 0.0
@@ -184,8 +211,12 @@ def render_run(console: Console, report: RunReport) -> None:
         console.print(f"  held     at the peak: {safe(describe_memory(held))}"
                       + ("  [dim](counted more than RSS: clipped)[/dim]" if held.get("clipped") else ""))
     cause = report.memory.get("end_cause")
+    raised = ended_by(report.events)
+    if raised:
+        console.print(f"  [red]ended    by {safe(raised)}[/red]")
     if cause in ("oom_killer", "framework_oom"):
-        console.print(f"  [red]ended    out of memory ({END_WORDS[cause]}): see the out_of_memory finding[/red]")
+        label = "         " if raised else "  ended  "
+        console.print(f"[red]{label}  out of memory ({END_WORDS[cause]}): see the out_of_memory finding[/red]")
     for gpu in s.gpu:
         console.print(f"  GPU {gpu['index']}    {safe(str(gpu.get('name') or ''))} util mean "
                       f"{gpu.get('util_percent_mean')}% peak {gpu.get('util_percent_peak')}%, memory peak "
@@ -201,6 +232,10 @@ def render_run(console: Console, report: RunReport) -> None:
     if report.phases:
         console.print()
         console.print(phase_table(report.phases, wall))
+    search = report.memory.get("batch_size_search")
+    if search:
+        console.print()
+        render_batch_search(console, search)
     if report.findings:
         console.print()
         console.print("[bold]Findings[/bold]")
