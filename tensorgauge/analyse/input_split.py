@@ -75,7 +75,9 @@ def _step_split(events: list[Event], phases: list[Phase], diagnosis: str | None)
     # The A/B that measured (a short warm-up fit may have skipped it, and a later fit measured it); else
     # why the last fit that tried (the longest) did not.
     tried = [e.data for e in events if e.kind == Kind.INPUT_AB]
-    ab = next((d for d in tried if d.get("real_step_seconds")), tried[-1] if tried else None)
+    measured = [d for d in tried if d.get("real_step_seconds")]
+    in_rounds = [d for d in measured if not d.get("after_fit")]  # preferred to a short fit's steps after it
+    ab = in_rounds[0] if in_rounds else measured[0] if measured else tried[-1] if tried else None
     window = _first(events, Kind.INPUT_PROBE)
     if ab is None:
         if window is not None and window.get("step_seconds"):  # a run recorded before the A/B

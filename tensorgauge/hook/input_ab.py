@@ -285,18 +285,17 @@ class InputAB:
 
     def _after_fit(self) -> None:
         """A fit too short for rounds within it: its timed steps, in :data:`MIN_ROUNDS` consecutive blocks,
-        each against as many compute-only steps (and the dropped ones) run as the fit ends, within what a
-        verdict may cost. No excursion drains the pipeline's buffer mid-fit, so no real step settles."""
+        each against an excursion of compute-only steps (as a round's) run as the fit ends. No excursion
+        drains the pipeline's buffer mid-fit, so no real step settles."""
         timed = self.real[0]
         if len(timed) < AFTER_FIT_MIN_STEPS or self.original is None:
             return
         size = len(timed) // MIN_ROUNDS
-        blocks = [timed[i * size:(i + 1) * size] for i in range(MIN_ROUNDS - 1)] + [timed[(MIN_ROUNDS - 1) * size:]]
-        limit = VERDICT_ALLOWANCES * self.allowance_seconds if self.allowance_seconds is not None else None
-        for block in blocks:
-            share = None if limit is None else max(0.0, (limit - self.cost) / (MIN_ROUNDS - len(self.compute)))
-            self._excursion(_DROPPED + max(PROBE_STEPS - _DROPPED, len(block)), share)
-        self.real = blocks
+        self.real = [timed[i * size:(i + 1) * size] for i in range(MIN_ROUNDS - 1)] + [timed[(MIN_ROUNDS - 1) * size:]]
+        for _ in self.real:
+            if self.compute and not self._affordable():
+                break
+            self._excursion()
 
     def finish(self) -> None:
         """Put the fit's train function back and report (at the last round, or when the fit ends first)."""

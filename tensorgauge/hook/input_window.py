@@ -177,7 +177,9 @@ class _InputDiagnosis(FitListener):
     def on_train_end(self, model) -> None:
         if self.ab is not None:
             self.ab.finish()
-            _InputDiagnosis.done = _InputDiagnosis.done or self.ab.measured
+            # Measured after a fit too short for rounds (a warm-up fit, often): a longer fit after it may
+            # measure in rounds, which the analysis prefers.
+            _InputDiagnosis.done = _InputDiagnosis.done or (self.ab.measured and not self.ab.after_fit)
         if self.window is not None:
             self.window.finish()
         if not self.decided or self.under_strategy:
