@@ -83,6 +83,23 @@ def test_the_job_writes_to_a_terminal_of_the_real_ones_size_in_order():
     assert "6/10" in partials and partials[-1] == ""  # drawn as the line being written, then cleared
 
 
+def test_a_job_is_never_held_up_when_its_lines_cannot_be_printed():
+    """Printing fails (stderr closed under the monitor): the terminal is still read, so the job's
+    writes never block; it writes 4 MiB, far more than a terminal buffers."""
+    def broken(lines):
+        raise OSError("stderr closed")
+
+    master, terminal = os.openpty()
+    output = JobOutput(broken, lambda text: None, (1, 2), terminal)
+    child = subprocess.Popen([sys.executable, "-c", "import sys\nfor _ in range(65536): print('x' * 63)"],
+                             **output.popen_args())
+    output.start()
+    assert child.wait(timeout=60) == 0
+    output.close()
+    os.close(master)
+    os.close(terminal)
+
+
 def test_live_view_prints_the_jobs_lines_above_the_panel_and_draws_its_current_line():
     out = io.StringIO()
     view = LiveView(Console(file=out, force_terminal=True, width=120))

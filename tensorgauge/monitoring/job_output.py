@@ -79,12 +79,9 @@ class JobOutput:
     def __init__(self, on_lines: Callable[[list[str]], None], on_partial: Callable[[str], None],
                  fds: tuple[int, ...], terminal_fd: int):
         self.on_lines, self.on_partial, self.fds, self.terminal_fd = on_lines, on_partial, fds, terminal_fd
-        self.master, self.slave = os.openpty()  # neither inherited: only the job's 1 and 2 become the slave
+        self.master = self.slave = -1  # opened by popen_args, when the job is about to start
         self._size = b""
-        self._follow_size()
-        attrs = termios.tcgetattr(self.slave)
-        attrs[1] &= ~termios.ONLCR  # "\n" stays "\n" (not "\r\n")
-        termios.tcsetattr(self.slave, termios.TCSANOW, attrs)
+        self._shown = True  # False once printing failed (a closed stderr): what the job writes is then dropped
         self.lines = LineSplitter()
         self._thread: threading.Thread | None = None
         self._stop_at: float | None = None
@@ -106,6 +103,13 @@ class JobOutput:
                 self._size = size
 
     def popen_args(self) -> dict[str, int]:
+        """The job's ``stdout``/``stderr`` for Popen: the pseudo-terminal, opened now."""
+        if self.master < 0:
+            self.master, self.slave = os.openpty()  # neither inherited: only the job's 1 and 2 become the slave
+            self._follow_size()
+            attrs = termios.tcgetattr(self.slave)
+            attrs[1] &= ~termios.ONLCR  # "\n" stays "\n" (not "\r\n")
+            termios.tcsetattr(self.slave, termios.TCSANOW, attrs)
         return {{1: "stdout", 2: "stderr"}[fd]: self.slave for fd in self.fds}
 
     def start(self) -> None:
@@ -136,9 +140,19 @@ class JobOutput:
             if not data:
                 break
             complete = self.lines.feed(data)
+            self._show(complete, self.lines.partial)
+
+    def _show(self, complete: list[str], partial: str) -> None:
+        """Hand lines on; where that fails the terminal is still read (a job whose writes are not read
+        would block), and the rest dropped."""
+        if not self._shown:
+            return
+        try:
             if complete:
                 self.on_lines(complete)
-            self.on_partial(self.lines.partial)
+            self.on_partial(partial)
+        except Exception:
+            self._shown = False
 
     def close(self, drain_seconds: float = DRAIN_SECONDS) -> None:
         """After the job's end: what it wrote is read to the end (at most ``drain_seconds`` more where
@@ -154,7 +168,4 @@ class JobOutput:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self.slave = self.master = -1
-        self.on_partial("")
-        last = self.lines.end()
-        if last:
-            self.on_lines(last)
+        self._show(self.lines.end(), "")
