@@ -60,3 +60,35 @@ def format_quantity(value: float | None, unit: str | None) -> str:
     if unit == "cores":
         return f"{value:.2f}"
     return f"{value:.0f}" if float(value).is_integer() or abs(value) >= 100 else f"{value:.1f}"
+
+
+def format_offset(seconds: float) -> str:
+    """A time from the run's start as ``--from``/``--to`` take it (:func:`parse_offset_seconds` reads it
+    back): ``1h34m``, ``2m15s``, ``8s``, ``0.4s``; whole minutes from an hour on, whole seconds from ten."""
+    if seconds >= 3600:
+        hours, minutes = divmod(int(seconds // 60), 60)
+        return f"{hours}h{minutes:02d}m"
+    if seconds >= 60:
+        minutes, rest = divmod(int(seconds), 60)
+        return f"{minutes}m{rest:02d}s"
+    return f"{seconds:.0f}s" if seconds >= 10 else f"{seconds:.1f}s".replace(".0s", "s")
+
+
+_NAMED_UNIT = re.compile(r"_(bytes|seconds)(?:_(?:p\d+|mean|median|peak|max|min|low|high))?$")
+
+
+def format_named(key: str, value: object) -> str:
+    """A value named by its key's unit (``*_bytes``, ``*_seconds``, also ``step_seconds_p50``), as people
+    read it; lists and dicts item by item; other floats to four significant digits."""
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, (int, float)):
+        unit = _NAMED_UNIT.search(key)
+        if unit:
+            return format_bytes(value) if unit.group(1) == "bytes" else format_seconds(value)
+        return f"{value:.4g}" if isinstance(value, float) else str(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {format_named(str(k), v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(format_named(key, v) for v in value) + "]"
+    return str(value)

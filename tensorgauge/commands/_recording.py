@@ -109,10 +109,14 @@ def record(command: list[str], options: RecordOptions) -> tuple[int, str]:
         exporters.append(prometheus)
     exporters.extend(options.observers)
     err = functools.cache(lambda: console(stderr=True))  # rich only when something is printed
+    output = None
     if options.live and err().is_terminal:
         from tensorgauge.live.view import LiveView
+        from tensorgauge.monitoring.job_output import JobOutput
 
-        exporters.append(LiveView(err()))
+        view = LiveView(err())
+        exporters.append(view)
+        output = JobOutput.for_terminal(2, view.job_lines, view.job_partial)  # the job's lines above the panel
     if options.checkpoint and budget is not None and budget.max_memory_bytes is not None:
         _check_checkpoint_dir(options.checkpoint)  # now (before anything is made), not when the budget fires
     with open_store(options.store) as store:  # closed however the run ends
@@ -145,7 +149,7 @@ def record(command: list[str], options: RecordOptions) -> tuple[int, str]:
                          diagnose=options.diagnose, observers=exporters, job=options.job,
                          report=lambda line: _say(err(), f"tensorgauge: warning: {line}", markup=False),
                          keep_job_on_failure=options.keep_job_on_failure, extra_env=options.extra_env,
-                         stop_grace_seconds=options.stop_grace_seconds)
+                         stop_grace_seconds=options.stop_grace_seconds, output=output)
         finally:
             for exporter in exporters:
                 exporter.close()

@@ -1,12 +1,20 @@
 """``tensorgauge run --live``: a terminal view that redraws as the run is recorded
 (rich): cores busy (overall and per CPU), memory, GPUs, the current phase and
-the step rate. Only on a terminal; elsewhere the run is recorded quietly."""
+the step rate. Only on a terminal; elsewhere the run is recorded quietly.
+
+The job's own output, passed through the monitor (:mod:`tensorgauge.monitoring.job_output`),
+scrolls above the panel: its complete lines are printed above it (:meth:`LiveView.job_lines`), the
+line it is still writing (a progress bar) is drawn as the panel's first line (:meth:`LiveView.job_partial`)."""
 
 from __future__ import annotations
 
+import re
+
 from rich.console import Console, Group
 from rich.live import Live
+from rich.segment import Segment
 from rich.table import Table
+from rich.text import Text
 
 from tensorgauge.live.state import LiveState
 from tensorgauge.model import Event, RunRecord, Sample, shown_metrics
@@ -25,6 +33,32 @@ def _bar(fraction: float, width: int = BAR_WIDTH) -> str:
 ON_THEIR_OWN_ROWS = ("cores_busy", "rss_bytes", "mem_used_bytes")  # with bars; the other shown metrics: one row
 
 
+class _JobLine:
+    """The line the job is writing, read when the panel is drawn (four times a second)."""
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    def __rich__(self):
+        if not self.text:
+            return Group()
+        return Text.from_ansi(self.text, no_wrap=True, overflow="ellipsis")
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # all but tab and newline
+
+
+class _Plain:
+    """Lines without escape sequences as one segment, their control characters dropped: 0.7 us a line
+    where a rich Text costs 12 (a job printing 100,000 lines)."""
+
+    def __init__(self, text: str):
+        self.text = _CONTROL.sub("", text)
+
+    def __rich_console__(self, console, options):
+        yield Segment(self.text + "\n")
+
+
 class LiveView:
     """An :class:`~tensorgauge.monitoring.monitor.Exporter` to the terminal, drawn from the run's start."""
 
@@ -33,6 +67,7 @@ class LiveView:
         self.state = LiveState()
         self.run_id, self.cores_allowed = "", 1.0
         self.live: Live | None = None
+        self.job_line = _JobLine()
 
     def start(self, record: RunRecord) -> None:
         self.run_id = record.run_id
@@ -49,6 +84,15 @@ class LiveView:
         if self.live is not None:
             self.live.stop()
 
+    def job_lines(self, lines: list[str]) -> None:
+        """The job's complete lines, printed above the panel (one print, one redraw, for the batch)."""
+        self.job_line.text = ""
+        text = "\n".join(lines)
+        self.console.print(Text.from_ansi(text) if "\x1b" in text else _Plain(text), soft_wrap=True)
+
+    def job_partial(self, text: str) -> None:
+        self.job_line.text = text
+
     def render(self):
         s = self.state.sample
         table = Table.grid(padding=(0, 1))
@@ -56,7 +100,7 @@ class LiveView:
         table.add_column()
         table.add_row("run", f"{self.run_id}  {format_seconds(self.state.now)}")
         if s is None:
-            return Group(table)
+            return Group(self.job_line, table)
         busy = s.cores_busy or 0.0
         table.add_row("cores", f"{_bar(busy / max(self.cores_allowed, 1e-9))} {busy:.2f} of {self.cores_allowed:g}")
         if s.cpu_percent:
@@ -77,4 +121,4 @@ class LiveView:
         if self.state.steps_total:
             last = format_seconds(self.state.last_step_seconds)
             table.add_row("steps", f"{self.state.steps_total} · {self.state.step_rate:.1f}/s · last {last}")
-        return Group(table)
+        return Group(self.job_line, table)

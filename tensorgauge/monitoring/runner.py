@@ -29,6 +29,7 @@ from tensorgauge.hook.protocol import DIAGNOSE_ENV, EVENTS_ENV, NO_CGROUP_ENV, N
 from tensorgauge.model import RunRecord
 from tensorgauge.monitoring.budget import BudgetWatch, kill_tree
 from tensorgauge.monitoring.guard import Guard
+from tensorgauge.monitoring.job_output import JobOutput
 from tensorgauge.monitoring.limits import Budget, check_interval
 from tensorgauge.monitoring.monitor import Observer, Sources
 from tensorgauge.monitoring.recording import (
@@ -112,7 +113,7 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
         job: str | None = None, sources: Sources | None = None,
         report: Callable[[str], None] | None = None, keep_job_on_failure: bool = False,
         store_wait_seconds: float = STORE_WAIT_SECONDS, stop_grace_seconds: float = STOP_GRACE_SECONDS,
-        parent_run_id: str | None = None) -> RunResult:
+        parent_run_id: str | None = None, output: JobOutput | None = None) -> RunResult:
     """Run ``command`` to its end under the monitor and record it in ``store``.
 
     With a ``budget``, the job is kept inside it (see :mod:`tensorgauge.monitoring.budget`);
@@ -132,7 +133,8 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     twice). If the monitor fails after the job started, or is killed, the job's tree is stopped
     (SIGTERM, then SIGKILL), unless ``keep_job_on_failure``. The store is written on a thread of its
     own: a locked or slow store never holds the loop up; ``store_wait_seconds`` is how long the end of
-    the run waits for it."""
+    the run waits for it. With ``output``, the job writes to its pseudo-terminal instead of the monitor's
+    terminal (``run --live``: :mod:`.job_output`), read until the job's end."""
     command = resolve_command(command)
     interval_seconds = check_interval(interval_seconds, "interval_seconds")
     sources = sources or Sources()
@@ -161,8 +163,11 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     try:
         job_process = JobProcess.start(command, env, group, files.directory, clock, stop_grace_seconds,
                                        guarded=not keep_job_on_failure, report=report,
-                                       inherited=watch.inherited() if watch else contextlib.nullcontext())
+                                       inherited=watch.inherited() if watch else contextlib.nullcontext(),
+                                       output=output)
     except OSError as exc:
+        if output is not None:
+            output.close()
         files.remove()
         if group is not None:
             group.remove()
@@ -207,6 +212,8 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
         if gpus is not None:
             gpus.close()
         job_process.release(keep=keep_job_on_failure)
+        if output is not None:  # all the job wrote, printed before anything of the monitor's own
+            output.close()
         if adopted is not None:  # under a budget, what the job left running is stopped: nothing would watch it
             _end_orphans(adopted, stop=watch is not None and watch.budget.max_memory_bytes is not None)
         if was_subreaper is False:
@@ -332,15 +339,19 @@ class JobProcess:
 
     @classmethod
     def start(cls, command: list[str], env: dict[str, str], group, run_dir: str, clock, stop_grace_seconds: float,
-              guarded: bool = True, inherited: Any = None, report: Callable[[str], None] | None = None) -> JobProcess:
+              guarded: bool = True, inherited: Any = None, report: Callable[[str], None] | None = None,
+              output: JobOutput | None = None) -> JobProcess:
         """The job started (``inherited``: a context the fork happens in); OSError if it cannot be.
-        ``report`` is told when the job's tree is killed for not obeying a stop signal."""
+        ``report`` is told when the job's tree is killed for not obeying a stop signal; ``output``: the
+        pseudo-terminal its stdout and stderr go to instead of the monitor's."""
         procs = [str(d / "cgroup.procs") for d in group.dirs()] if group else []
         guard = Guard.start(procs, run_dir) if guarded else None
         t0, started_at = clock.now(), now_iso()
         try:
             with inherited if inherited is not None else contextlib.nullcontext():
-                child = subprocess.Popen(_placed(command, procs), env=env, **_OWN_PROCESS_GROUP)
+                streams = output.popen_args() if output is not None else {}  # None: the monitor's own
+                child = subprocess.Popen(_placed(command, procs), env=env, stdout=streams.get("stdout"),
+                                         stderr=streams.get("stderr"), **_OWN_PROCESS_GROUP)
         except OSError:
             if guard is not None:
                 guard.release()
@@ -350,6 +361,8 @@ class JobProcess:
         # After the fork: a blocked mask is inherited, and the job must get its signals. Threads
         # started from here on (the store writer) inherit it, so only sigtimedwait takes them.
         old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _WAKE_SIGNALS)
+        if output is not None:
+            output.start()
         # Threads started before (numpy's BLAS pool, on import) do not block them: a signal the kernel
         # hands to one of those comes to this handler, in the main thread, instead of killing the monitor.
         ended = _ChildEnd(child.pid, group, stop_grace_seconds, report)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from tensorgauge.analyse.compare import SIGNIFICANT, format_slowdown, format_value, reasons
+from tensorgauge.analyse.compare import SIGNIFICANT, format_figure, format_slowdown, format_value, reasons
 from tensorgauge.render.text import safe
 from tensorgauge.units import format_bytes, format_result, format_seconds
 
@@ -60,12 +60,6 @@ def _ratio(slowdown: float, unit: str = "s") -> str:
     return text
 
 
-def _number(value, unit: str) -> str:
-    if unit == "s":
-        return format_seconds(value)
-    return format_bytes(value) if unit == "bytes" else f"{value:,.2f} {safe(unit)}"
-
-
 def render_compare(console: Console, comparison) -> None:
     doc = comparison.to_dict()
     a, b = doc["a"], doc["b"]
@@ -87,7 +81,7 @@ def render_compare(console: Console, comparison) -> None:
         for column in ("", "A", "B", "B is"):
             table.add_column(column, justify="left" if not column else "right")
         for r in doc["results"]:
-            table.add_row(safe(r["name"]), _number(r["a"], r["unit"]), _number(r["b"], r["unit"]),
+            table.add_row(safe(r["name"]), safe(format_figure(r["a"], r["unit"])), safe(format_figure(r["b"], r["unit"])),
                           _ratio(r["slowdown"], r["unit"]))
         console.print(table)
     if doc.get("headline"):

@@ -21,7 +21,8 @@ from tensorgauge.errors import TensorgaugeError
 from tensorgauge.render import charts, user_cache
 from tensorgauge.render.phase_columns import phase_columns
 from tensorgauge.render.text import sampled_figures
-from tensorgauge.units import format_bytes, format_seconds
+from tensorgauge.render.verdict import account_lines, input_line, wall_seconds
+from tensorgauge.units import format_bytes, format_named, format_offset, format_seconds
 
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1000px;color:#222}
@@ -87,12 +88,23 @@ def _findings(report) -> str:
         return "<p>No findings: nothing wasted that tensorgauge can see.</p>"
     parts = []
     for f in report.findings:
-        evidence = ", ".join(f"{_e(k)} = {_e(v)}" for k, v in f.evidence.items())
+        evidence = ", ".join(f"{_e(k)} = {_e(format_named(k, v))}" for k, v in f.evidence.items())
         gain = f"<div><b>Expected gain:</b> {_e(f.expected_gain)}</div>" if f.expected_gain else ""
         parts.append(f"<div class='finding {_e(f.severity)}'><b>{_e(f.severity)}</b> {_e(f.title)} "
                      f"<code>{_e(f.id)}</code><div><b>Fix:</b> {_e(f.fix)}</div>{gain}"
                      f"<details><summary>evidence</summary>{evidence}</details></div>")
-    return "".join(parts)
+    return "".join(parts) + ("<p class='meta'><code>tensorgauge explain ID</code>: what a finding means, how it is "
+                             "measured, how to check the fix</p>")
+
+
+def _verdict(report, level: str = "h2") -> str:
+    """What the page says first: the findings, the input line and the plain-words account."""
+    split = input_line(report)
+    lines = "".join(f"<li>{_e(line)}</li>" for line in account_lines(report))
+    return (f"<section class='verdict'><{level}>Findings</{level}>{_findings(report)}"
+            + (f"<p class='input'><b>input</b> {_e(split)}</p>" if split else "")
+            + (f"<{level}>In plain words</{level}><ul class='account'>{lines}</ul>" if lines else "")
+            + "</section>")
 
 
 def _environment(report) -> str:
@@ -133,42 +145,53 @@ def _page(title: str, body: str, specs: dict[str, dict], js: str) -> str:
             f"<script>{js}</script><script>{EMBED}</script></body></html>")
 
 
+def suggested_window(wall: float) -> tuple[str, str]:
+    """A stretch of a run ``wall`` seconds long to name in ``--from``/``--to``: a tenth of it (two minutes
+    at most) from near its middle, in the steps :func:`format_offset` writes."""
+    step = 60.0 if wall >= 1200 else 1.0 if wall >= 10 else 0.1
+    width = max(step, round(min(wall / 10, 120.0) / step) * step)
+    start = max(0.0, (wall * 0.45) // step * step)
+    return format_offset(start), format_offset(min(start + width, wall) if wall > start else start + width)
+
+
 def _timeline_hint(report) -> str:
     timeline = report.timeline
     rows = timeline.get("series") or []
     if len(rows) < 2:
         return ""
-    start, end = timeline.get("from_seconds") or 0.0, timeline.get("to_seconds") or report.record.wall_seconds or 0.0
+    start, end = timeline.get("from_seconds") or 0.0, timeline.get("to_seconds") or wall_seconds(report)
     width = (end - start) / MAX_BINS
     kind = ("every sample" if width <= report.record.interval_seconds
             else f"bins of {format_seconds(width)}, each with its peak and minimum")
+    first, last = suggested_window(wall_seconds(report))
     return (f"<p class='meta'>{_e(kind)}; drag a chart to pan, scroll to zoom. Every sample of a stretch: "
-            f"<code>tensorgauge report {_e(report.record.run_id)} --from 3h10m --to 3h12m</code>.</p>")
+            f"<code>tensorgauge report {_e(report.record.run_id)} --from {first} --to {last}</code>.</p>")
 
 
 def run_page(report, js: str | None = None) -> str:
     """The report of one run."""
     chart_divs, specs = _charts_html("c-", charts.run_charts(report))
-    body = (_header(report) + "<h2>Timeline</h2>" + _timeline_hint(report) + chart_divs + "<h2>Phases</h2>" + _phase_table(report)
-            + "<h2>Findings</h2>" + _findings(report) + "<h2>Environment</h2>" + _environment(report))
+    body = (_header(report) + _verdict(report) + "<h2>Timeline</h2>" + _timeline_hint(report) + chart_divs
+            + "<h2>Phases</h2>" + _phase_table(report) + "<h2>Environment</h2>" + _environment(report))
     return _page(f"tensorgauge: {report.record.name or report.record.run_id}", body, specs,
                  javascript() if js is None else js)
 
 
 def _comparison_table(comparison) -> str:
-    from tensorgauge.analyse.compare import format_slowdown, format_value, reasons
+    from tensorgauge.analyse.compare import format_figure, format_slowdown, format_value, reasons
 
     doc = comparison.to_dict()
     env = "".join(f"<tr><td>{_e(d['label'])}</td><td>{_e(format_value(d['a']))}</td><td>{_e(format_value(d['b']))}"
                   "</td></tr>" for d in doc["environment"]) or "<tr><td>no differences</td><td></td><td></td></tr>"
-    results = "".join(f"<tr><td>{_e(r['name'])}</td><td>{_e(r['a'])} {_e(r['unit'])}</td><td>{_e(r['b'])} "
-                      f"{_e(r['unit'])}</td><td>{_e(format_slowdown(r['slowdown'], r['unit']))}</td></tr>" for r in doc["results"])
+    results = "".join(f"<tr><td>{_e(r['name'])}</td><td>{_e(format_figure(r['a'], r['unit']))}</td>"
+                      f"<td>{_e(format_figure(r['b'], r['unit']))}</td>"
+                      f"<td>{_e(format_slowdown(r['slowdown'], r['unit']))}</td></tr>" for r in doc["results"])
     why = "".join(f"<li>{_e(text)}</li>" for text in reasons(doc))
-    if doc.get("headline"):
-        why = f"<p>{_e(doc['headline'])}</p>" + why
-    return (f"<table><tr><th>environment</th><th>A</th><th>B</th></tr>{env}</table>"
-            f"<h3>Results, B against A</h3><table><tr><th></th><th>A</th><th>B</th><th>B is</th></tr>{results}</table>"
-            + (f"<h3>Why, most likely first</h3><ol>{why}</ol>" if why else ""))
+    verdict = (f"<p>{_e(doc['headline'])}</p>" if doc.get("headline") else "") + (
+        f"<h3>Why, most likely first</h3><ol>{why}</ol>" if why else "")
+    return (f"<section class='verdict'>{verdict}</section>"
+            f"<table><tr><th>environment</th><th>A</th><th>B</th></tr>{env}</table>"
+            f"<h3>Results, B against A</h3><table><tr><th></th><th>A</th><th>B</th><th>B is</th></tr>{results}</table>")
 
 
 def comparison_page(a, b, comparison, js: str | None = None) -> str:
@@ -181,7 +204,7 @@ def comparison_page(a, b, comparison, js: str | None = None) -> str:
     for prefix, side in (("a-", a), ("b-", b)):
         divs, side_specs = _charts_html(prefix, charts.run_charts(side.report))
         specs.update(side_specs)
-        body += (f"<h2>{prefix[0].upper()}: {_e(side.label)}</h2>" + _header(side.report) + divs
-                 + "<h3>Phases</h3>" + _phase_table(side.report) + "<h3>Findings</h3>" + _findings(side.report)
+        body += (f"<h2>{prefix[0].upper()}: {_e(side.label)}</h2>" + _header(side.report)
+                 + _verdict(side.report, "h3") + divs + "<h3>Phases</h3>" + _phase_table(side.report)
                  + _environment(side.report))
     return _page(f"tensorgauge: {a.label} vs {b.label}", body, specs, javascript() if js is None else js)

@@ -7,8 +7,6 @@ import shlex
 from rich.console import Console
 from rich.table import Table
 
-from tensorgauge.analyse.account import account
-from tensorgauge.analyse.input_split import describe as describe_split
 from tensorgauge.analyse.memory_breakdown import describe as describe_memory
 from tensorgauge.analyse.run_list import Listing
 from tensorgauge.analyse.run_report import RunReport
@@ -16,6 +14,7 @@ from tensorgauge.hook.protocol import Kind
 from tensorgauge.model import Event, Finding, Phase, RunRecord, Sample
 from tensorgauge.render.phase_columns import phase_columns
 from tensorgauge.render.text import safe, sampled_figures
+from tensorgauge.render.verdict import account_lines, input_line, wall_seconds
 from tensorgauge.units import format_bytes, format_seconds
 
 ON_THE_CPU_AND_MEMORY_LINES = ("cores_busy", "rss_bytes", "threads", "processes")  # shown on their own
@@ -180,7 +179,7 @@ def ended_by(events: list[Event]) -> str | None:
 
 def render_run(console: Console, report: RunReport) -> None:
     r, s = report.record, report.summary
-    wall = r.wall_seconds if r.wall_seconds is not None else report.timeline.get("wall_seconds") or 0.0
+    wall = wall_seconds(report)
     title = f"[bold]{safe(r.run_id)}[/bold]" + (f"  {safe(r.name)}" if r.name else "")
     console.print(title)
     console.print(f"  command  {safe(command_text(r.command))}")
@@ -226,7 +225,7 @@ def render_run(console: Console, report: RunReport) -> None:
                          if gpu.get("job_memory_peak_bytes") is not None else ""))
     if r.budget:
         render_budget(console, r.budget)
-    split = describe_split(report.input_split)
+    split = input_line(report)
     if split:
         console.print(f"  input    {safe(split)}")
     if report.phases:
@@ -244,8 +243,7 @@ def render_run(console: Console, report: RunReport) -> None:
         console.print("  [dim]tensorgauge explain ID: what a finding means, how it is measured, how to check "
                       "the fix[/dim]")
     console.print()
-    cores_allowed = (r.env.get("host") or {}).get("cores_allowed")
-    for line in account(report.phases, s, wall, cores_allowed, report.events):
+    for line in account_lines(report):
         console.print(f"• {safe(line)}")
 
 
