@@ -123,6 +123,7 @@ class InputAB:
         self.real: list[list[float]] = [[]]
         self.compute: list[list[float]] = []
         self.excursions: list[list[float]] = []  # [start, end] of each, on the clock
+        self.own_pauses: list[list[float]] = []  # [start, end] of the tool's other pauses (the batch captured)
         self.setup_seconds = 0.0  # the making of the cached batch (once)
         self._setup_in_excursion = 0.0  # ... when the first excursion made it (no batch captured from the fit)
         self.settle = SETTLE_STEPS
@@ -198,8 +199,10 @@ class InputAB:
 
             return original(iter(tf.data.Dataset.from_tensors(batch)))
         self.iterator, self.source, self.shapes = cached, "a batch the fit produced", shapes_of(batch)
-        self.setup_seconds = self.clock() - began
+        ended = self.clock()
+        self.setup_seconds = ended - began
         self.cost += self.setup_seconds
+        self.own_pauses.append([began, ended])  # the making of the cached batch: the tool's, not a stall
         return original(cached)
 
     def _settle_steps(self) -> int:
@@ -328,14 +331,16 @@ class InputAB:
                        "steps the A/B needs")
             channel().emit(Kind.INPUT_AB, skipped=why, cost_seconds=round(self.cost, 4),
                            allowance_seconds=self.allowance_seconds,
-                           excursions_before=[[round(now - a, 6), round(now - b, 6)] for a, b in self.excursions])
+                           excursions_before=[[round(now - a, 6), round(now - b, 6)]
+                                              for a, b in self.excursions + self.own_pauses])
             return
         self.measured = True
         channel().emit(Kind.INPUT_AB, real_step_seconds=real, compute_step_seconds=self.compute,
                        cost_seconds=round(self.cost, 4), allowance_seconds=self.allowance_seconds,
                        setup_seconds=round(self.setup_seconds, 4), source=self.source, shapes=self.shapes,
                        settle_steps=self.settled, after_fit=self.after_fit,
-                       excursions_before=[[round(now - a, 6), round(now - b, 6)] for a, b in self.excursions])
+                       excursions_before=[[round(now - a, 6), round(now - b, 6)]
+                                              for a, b in self.excursions + self.own_pauses])
 
     def median_share(self) -> float:
         """Input's share of the real step so far (the analysis gives the verdict; this sizes the follow-up)."""
