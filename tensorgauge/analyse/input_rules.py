@@ -84,7 +84,8 @@ def fit_input_bound(split: dict | None, fit: Phase | None, allowed: float, confi
     busy = fit.cores_busy_mean
     saturated = busy >= SATURATED * allowed
     evidence = {"input_share": share, "input_share_low": split.get("input_share_low"),
-                "input_share_high": split.get("input_share_high"), "input_seconds_per_step": lost,
+                "input_share_high": split.get("input_share_high"),
+                "input_share_interval": split.get("input_share_interval"), "input_seconds_per_step": lost,
                 "step_seconds": step, "compute_only_step_seconds": limit, "rounds": split.get("rounds"),
                 "real_steps": split.get("steps"), "measured_by": split.get("measured_by"),
                 "cores_busy_mean": round(busy, 2), "cores_allowed": allowed}
@@ -102,8 +103,15 @@ def fit_input_bound(split: dict | None, fit: Phase | None, allowed: float, confi
               f"batch takes {ms(limit)}){how}",
         evidence=evidence, fix=pipeline_fix(config, saturated),
         expected_gain=f"up to {step / max(limit, 1e-9):.2f}x faster steps ({ms(step)} -> {ms(limit)}: the step "
-                      f"without input, measured in this run, {split.get('input_share_low', 0):.0%} to "
-                      f"{split.get('input_share_high', 0):.0%} of the step by round)")
+                      f"without input, measured in this run; input {_interval_text(split)} of the step)")
+
+
+def _interval_text(split: dict) -> str:
+    """The input share's 95% interval, or its range by round for a run recorded without one."""
+    interval = split.get("input_share_interval")
+    if interval:
+        return f"{max(0.0, interval[0]):.0%} to {interval[1]:.0%} at 95%"
+    return f"{split.get('input_share_low', 0):.0%} to {split.get('input_share_high', 0):.0%} by round"
 
 
 EPOCH_START_FIX = (

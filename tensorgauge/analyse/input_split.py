@@ -144,13 +144,17 @@ def ab_verdict(ab: dict) -> dict:
          and _clear_of([x for _, x in agreeing], INPUT_MODERATE)) or \
         (len(shares) >= MAJORITY_ROUNDS and above >= math.ceil(MAJORITY * len(shares))
          and robust >= 4 * INPUT_MODERATE)
-    established = bool(shares) and share >= INPUT_MODERATE and (agree or _clear_of(shares, INPUT_MODERATE))
+    by_t = _clear_of(shares, INPUT_MODERATE)
+    established = bool(shares) and share >= INPUT_MODERATE and (agree or by_t)
+    # The interval is over the rounds the verdict stands on: those that agree where they outvoted the rest.
+    counted = shares if by_t or not established else [x for _, x in agreeing]
+    low, high = _interval(counted)
     if established:
         verdict = "input costs the steps"
-    elif share >= INPUT_MODERATE or (share >= INPUT_MODERATE / 2 and above):
-        # Pooled under the threshold but within half of it, with a round above it: within noise of it, not
-        # "no cost" (a run of the same job that pools just over it would not say "no cost" either).
-        verdict = "within noise: the rounds do not agree"
+    elif share >= INPUT_MODERATE or high >= INPUT_MODERATE:
+        # An interval that straddles the threshold is within noise of it, not "no cost" (a run of the same
+        # job that pools just over it would not say "no cost" either).
+        verdict = f"within noise: the rounds' interval straddles {INPUT_MODERATE:.0%}"
     else:
         verdict = f"no input cost above {INPUT_MODERATE:.0%} of the step"
     return {"rounds": len(pairs), "steps": sum(len(r) for r, _ in pairs),
@@ -158,7 +162,21 @@ def ab_verdict(ab: dict) -> dict:
             "input_wait_seconds": round(max(0.0, step - limit), 7), "input_share": round(share, 4),
             "input_share_low": round(min(shares), 4) if shares else None,
             "input_share_high": round(max(shares), 4) if shares else None,
+            "input_share_interval": [round(low, 4), round(high, 4)] if shares else None,
+            "outvoted_rounds": len(shares) - len(counted),
             "established": established, "verdict": verdict}
+
+
+def _interval(shares: list[float]) -> tuple[float, float]:
+    """The 95% interval (Student's t, two-sided) of the mean of ``shares``; one share is its own interval."""
+    if not shares:
+        return 0.0, 0.0
+    mean = statistics.mean(shares)
+    if len(shares) < 2:
+        return mean, mean
+    half = T_CRITICAL.get(len(shares) - 1, 1.96 if len(shares) > 30 else 2.05) * statistics.stdev(shares) / len(
+        shares) ** 0.5
+    return mean - half, mean + half
 
 
 def _pooled(pairs: list) -> tuple[float, float]:
@@ -231,15 +249,15 @@ def rounds_verdict(rounds: list[list[float]]) -> dict | None:
         return None
     shares = [min(1.0, r[0] / r[1]) for r in usable]
     share = min(1.0, sum(r[0] for r in usable) / sum(r[1] for r in usable))
-    half = T_CRITICAL.get(len(shares) - 1, 1.96 if len(shares) > 30 else 2.05) * statistics.stdev(shares) / len(
-        shares) ** 0.5
-    low, high = max(0.0, share - half), min(1.0, share + half)
+    low, high = _interval(shares)
+    low, high = max(0.0, share - (high - low) / 2), min(1.0, share + (high - low) / 2)
     established = low >= INPUT_MODERATE
     verdict = ("input costs the steps" if established else
                "within noise: the rounds' interval straddles the threshold" if high >= INPUT_MODERATE else
                f"no input cost above {INPUT_MODERATE:.0%} of the step")
     return {"rounds": len(shares), "input_share": round(share, 4), "input_share_low": round(low, 4),
-            "input_share_high": round(high, 4), "established": established, "verdict": verdict}
+            "input_share_high": round(high, 4), "input_share_interval": [round(low, 4), round(high, 4)],
+            "established": established, "verdict": verdict}
 
 
 def _backend_split(timed: dict, fit: Phase) -> dict:
@@ -277,11 +295,15 @@ def loop_verdict(loop: LoopInput | None) -> dict | None:
     lost = min(step, max(0.0, statistics.mean(medians)))
     share = lost / step if step > 0 else 0.0
     established = share >= INPUT_MODERATE and bool(by_order[0]) and statistics.median(by_order[0]) > 0
+    low, high = _interval([(real - cached) / step for real, cached, *_ in pairs]) if step > 0 else (0.0, 0.0)
+    half = (high - low) / 2
+    low, high = max(0.0, share - half), min(1.0, share + half)
     return {"step_seconds": round(step, 7), "input_wait_seconds": round(lost, 7), "input_share": round(share, 4),
+            "input_share_interval": [round(low, 4), round(high, 4)],
             "step_overhead_seconds": round(statistics.median(p[1] for p in pairs), 7), "pairs": len(pairs),
             "pairs_slower": sum(1 for p in pairs if p[0] > p[1]), "established": established,
             "verdict": ("input costs the steps" if established else "within noise: next() on the loop's iterator is "
-                        "not reliably slower than on a cached batch" if share >= INPUT_MODERATE else
+                        "not reliably slower than on a cached batch" if max(share, high) >= INPUT_MODERATE else
                         f"no input cost above {INPUT_MODERATE:.0%} of the step"),
             "measured_by": "next() on the loop's iterator against next() on its first batch cached"}
 
@@ -320,7 +342,13 @@ def describe(split: dict | None) -> str | None:
         return "measured, but no step was timed"
     if split.get("rounds") or split.get("pairs"):
         spread = ""
-        if split.get("input_share_low") is not None:
+        interval = split.get("input_share_interval")
+        if interval:
+            outvoted = split.get("outvoted_rounds") or 0
+            over = (f"{split['rounds'] - outvoted} rounds" if split.get("rounds") else f"{split['pairs']} pairs")
+            spread = (f", {max(0.0, interval[0]):.0%} to {interval[1]:.0%} at 95% over {over}"
+                      + (f", {outvoted} outvoted" if outvoted else ""))
+        elif split.get("input_share_low") is not None:
             spread = f", {split['input_share_low']:.0%} to {split['input_share_high']:.0%} by round"
         text = (f"input costs {split['input_share']:.0%} of each step ({wait * 1000:.2f} ms of {step * 1000:.2f} ms"
                 f"{spread}; {split['verdict']}; by {split['measured_by']})")

@@ -21,7 +21,7 @@ from tensorgauge.model import RUN_SCHEMA, Event, Finding, Phase, RunRecord, Samp
 if TYPE_CHECKING:  # numpy and the analysis load only when a run is analysed, not when its analysis is read
     from tensorgauge.series import SampleSeries
 
-ANALYSIS_VERSION = 22  # raised when what the analysis finds changes; with the package's version, part of its key
+ANALYSIS_VERSION = 23  # raised when what the analysis finds changes; with the package's version, part of its key
 
 
 class RunSource(Protocol):

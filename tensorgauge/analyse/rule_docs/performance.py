@@ -45,8 +45,10 @@ DOCS = (
             f"{pct(3 * INPUT_MODERATE)}; {pct(split.MAJORITY)} of {split.MAJORITY_ROUNDS} or more rounds for "
             f"{pct(4 * INPUT_MODERATE)}; or the rounds' mean above {pct(INPUT_MODERATE)} by Student's t at 97.5%)",
             f"high: input is at least {pct(INPUT_HIGH)} of the step",
-            "a share the rounds do not bear out is reported as \"within noise\" on the `input` line, never as a "
-            "finding",
+            "every share carries its 95% interval (Student's t over the rounds, or over the rounds that outvoted "
+            f"the rest); a share not established whose interval reaches {pct(INPUT_MODERATE)} is reported as "
+            "\"within noise\" on the `input` line, never as a finding; \"no input cost\" only where the whole "
+            f"interval is under {pct(INPUT_MODERATE)}",
             f"at epoch starts: a wait of {epoch_starts.EPOCH_START_FACTOR:g}x the median step and at least "
             f"{epoch_starts.EPOCH_START_MIN_SECONDS:g} s past a step, in epochs after the first, at "
             f"{pct(INPUT_MODERATE)} of the training time or more, with {input_rules.EPOCH_START_BUSY:g} or more "
