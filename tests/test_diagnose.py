@@ -336,6 +336,11 @@ def test_a_pause_after_the_last_step_before_fit_returns_is_a_stall_and_not_idle_
     assert found.evidence["stalls"] == [{"t": 6.0, "seconds": 19.0, "epoch": "fit", "at_epoch_start": False,
                                         "after_last_step": True}]
     assert found.title.endswith("after its last step, before fit returned at 6.0 s") and "on_train_end" in found.fix
+    assert found.severity == "moderate"  # 19 s: on_train_end's work, or a teardown worth looking at
+    # 1.1 s after the last step of a 7 s fit (the healthy demo beside another job): once per fit() call, low.
+    short_fit = Phase(name="fit", kind="fit", start=0.0, end=6.1, step_seconds_p50=0.01, steps=500)
+    teardown = stalls(short_fit, [Phase(name="epoch 1", kind="epoch", start=0.0, end=5.0, parent=0)], [d])
+    assert teardown.evidence["count"] == 1 and teardown.severity == "low"
     # A step that spans a validation pass (the last of an epoch, timed to the next) is not a pause.
     spanning = digest([0.01] * 100 + [4.0] + [0.01] * 100, start=0.0)  # a 4 s step ending at 5.0 s
     fit_span = Phase(name="fit", kind="fit", start=0.0, end=6.0, step_seconds_p50=0.01, steps=201)
