@@ -120,3 +120,21 @@ def test_no_batch_larger_than_where_throughput_stops_growing():
     growing = search(FakeTrials(fixed=700 * MiB, per_example=8 * MiB, speed=lambda b: 50.0 * b), 32, 2000 * MiB)
     assert growing["recommended_batch_size"] == growing["largest_within_budget"] == 112
     assert growing["recommendation_reason"] is None
+
+
+def test_a_search_recorded_with_fields_missing_still_renders():
+    """A trial without its peak (the job ended during it) and a fit without its fixed part: the table
+    shows '-' (found by tests/test_records.py's generated runs: a TypeError and a KeyError)."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from tensorgauge.render.terminal import render_batch_search
+
+    out = StringIO()
+    render_batch_search(Console(file=out, width=120), {
+        "target_bytes": 1000, "per_example_bytes": 10,
+        "trials": [{"batch_size": 64, "peak_bytes": None, "steps": None, "step_seconds": None,
+                    "examples_per_second": None, "seconds": None, "error": None}]})
+    text = out.getvalue()
+    assert "64" in text and "memory ~ - + 10 B per example" in text

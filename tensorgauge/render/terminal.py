@@ -327,13 +327,14 @@ def render_batch_search(console: Console, search: dict) -> None:
         table.add_column(column, justify="left" if column == "note" else "right")
     target = search.get("target_bytes")
     for t in search.get("trials") or []:
-        note = t["error"] or ("over the target" if target and t["peak_bytes"] > target else "")
-        table.add_row(str(t["batch_size"]), format_bytes(t["peak_bytes"]),
+        peak = t.get("peak_bytes")
+        note = t.get("error") or ("over the target" if target and peak is not None and peak > target else "")
+        table.add_row(str(t.get("batch_size")), format_bytes(peak),
                       f"{t['examples_per_second']:,.0f}" if t.get("examples_per_second") else "-",
                       format_seconds(t["step_seconds"]) if t.get("step_seconds") else "-", note)
     console.print(table)
     if search.get("per_example_bytes") is not None:
-        console.print(f"  memory ~ {format_bytes(search['fixed_bytes'])} + {format_bytes(search['per_example_bytes'])}"
+        console.print(f"  memory ~ {format_bytes(search.get('fixed_bytes'))} + {format_bytes(search['per_example_bytes'])}"
                       f" per example (fitted to the trials); target {format_bytes(target)} = 80% of the budget "
                       f"{format_bytes(search.get('budget_bytes'))}")
     recommended = search.get("recommended_batch_size")
