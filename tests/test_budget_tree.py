@@ -15,7 +15,7 @@ from tensorgauge.cli import main
 from tensorgauge.store import Store
 
 PY = sys.executable
-ALLOCATES = "import time; a = bytearray(500 << 20); time.sleep(5)"  # 500 MiB, touched, then kept
+ALLOCATES = "import time; a = bytearray(500 << 20); time.sleep(30)"  # 500 MiB, touched, then kept
 
 
 @pytest.mark.parametrize("cgroup", [True, False])
@@ -29,7 +29,8 @@ def test_a_wrapped_job_allocating_past_its_memory_budget_is_stopped_and_named(st
     main(["run", "-q", "--max-memory", "300MiB", "--", *command])
     record = Store.open(store_path).run("last")
     budget = record.budget
-    assert budget["stopped"] and record.wall_seconds < 4.0, (budget, record.wall_seconds)  # not 5 s of sleep
+    # Stopped, not 30 s of sleep (about a second here; the margin is for a machine busy with other work).
+    assert budget["stopped"] and record.wall_seconds < 15, (budget, record.wall_seconds)
     largest = budget["processes"][0]
     assert largest["name"].startswith("python") and largest["rss_peak_bytes"] > 100 << 20, budget["processes"]
     assert any(p["name"] in ("sh", "dash", "bash") for p in budget["processes"])  # the wrapper, named too

@@ -41,13 +41,14 @@ def test_a_healthy_job_with_forked_workers_is_not_killed_by_its_budget(store_pat
 def test_a_job_that_leaves_its_cgroup_is_watched_as_a_tree_and_stopped(store_path, capsys):
     """It wrote its pid into the parent cgroup's cgroup.procs, then held 600 MiB under a 300 MiB budget:
     exit 0 and "enforced by cgroup … peak 13.6 MiB" before."""
-    code = main(["run", "--max-memory", "300MiB", "--", PY, str(JOBS / "leaves_cgroup.py"), "600", "5"])
+    code = main(["run", "--max-memory", "300MiB", "--", PY, str(JOBS / "leaves_cgroup.py"), "600", "30"])
     record = Store.open(store_path).run("last")
     out = capsys.readouterr().out
     if record.tree_source != "cgroup" or "left nothing" in out:
         pytest.skip("no cgroup here, or the kernel kept the job from leaving it")
     budget = record.budget
-    assert code == 128 + 9 and budget["stopped"] and record.wall_seconds < 4.5, (budget, record.wall_seconds)
+    # Stopped, not 30 s of holding (0.4 s here; the margin is for a machine busy with other work).
+    assert code == 128 + 9 and budget["stopped"] and record.wall_seconds < 15, (budget, record.wall_seconds)
     assert budget["left_cgroup"]["pid"] and budget["peak_bytes"] > 270 * MIB
     assert any("left the cgroup" in e for e in budget["enforced_by"]), budget["enforced_by"]
 
