@@ -47,3 +47,21 @@ def test_v2(tmp_path):
 def test_missing_proc_gives_empty_paths(tmp_path):
     paths = cgroup.cgroup_paths(root=str(tmp_path))
     assert cgroup.memory_limit_bytes(paths) is None and cgroup.oom_kill_count(paths) is None
+
+
+def test_a_monitor_sweeps_only_old_empty_cgroups_never_one_just_made_for_another_job(tmp_path):
+    """Two runs starting together: the second monitor's sweep removed the first's cgroup, made a moment
+    before its job joined (seen with two test processes; a multi-worker job started on one host does the
+    same). An empty one an hour old is a killed monitor's, and goes."""
+    import os
+    import time
+
+    from tensorgauge.sources import cgroup as cg
+
+    fresh, old = tmp_path / "tensorgauge-run-b", tmp_path / "tensorgauge-run-a"
+    fresh.mkdir()
+    old.mkdir()
+    hour_ago = time.time() - 3600
+    os.utime(old, (hour_ago, hour_ago))
+    cg._sweep_empty(cg.CgroupPaths(unified=tmp_path), "tensorgauge-")
+    assert fresh.exists() and not old.exists()

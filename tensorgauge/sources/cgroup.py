@@ -9,6 +9,7 @@ A hybrid host (v1 controllers, cgroup2 at ``/sys/fs/cgroup/unified`` holding non
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -173,19 +174,35 @@ def cores_allowed(paths: CgroupPaths | None = None) -> float:
     return min(cores, quota) if quota else cores
 
 
+# An empty cgroup younger than this may be another monitor's, made a moment ago for a job about to join it
+# (two runs starting together: one swept the other's, and the other's job then had no cgroup).
+STALE_AFTER_SECONDS = 60.0
+
+
 def _sweep_empty(paths: CgroupPaths, prefix: str) -> None:
-    """Remove empty cgroups left by monitors that were killed (rmdir refuses non-empty ones)."""
+    """Remove empty cgroups left by monitors that were killed (rmdir refuses non-empty ones), once they are
+    :data:`STALE_AFTER_SECONDS` old."""
     for parent in (p for p in (paths.unified, paths.cpuacct, paths.cpu, paths.memory) if p is not None):
         try:
             stale = [p for p in parent.iterdir() if p.name.startswith(prefix) and p.is_dir()]
         except OSError:
             continue
         for folder in stale:
+            if not _old(folder):
+                continue
             if not _read(folder / "cgroup.procs"):
                 try:
                     folder.rmdir()
                 except OSError:
                     pass
+
+
+def _old(folder: Path) -> bool:
+    """``folder`` was made :data:`STALE_AFTER_SECONDS` ago or more (False where it is already gone)."""
+    try:
+        return time.time() - folder.stat().st_mtime >= STALE_AFTER_SECONDS
+    except OSError:
+        return False
 
 
 class JobCgroup:
