@@ -13,6 +13,7 @@ import sys
 
 from tensorgauge._version import __version__
 from tensorgauge.errors import TensorgaugeError
+from tensorgauge.live.exporters import chosen, registered
 from tensorgauge.monitoring.limits import interval_option
 from tensorgauge.own_process import lighten
 
@@ -58,7 +59,7 @@ def _dispatch(args: argparse.Namespace) -> int:
                                 hook=not args.no_hook, diagnose=args.diagnose, max_memory=args.max_memory,
                                 max_cpus=args.max_cpus, max_gpu_memory=args.max_gpu_memory,
                                 checkpoint=args.checkpoint, job=args.job, live=args.live,
-                                tensorboard=args.tensorboard, prometheus=args.prometheus, quiet=args.quiet,
+                                exports=chosen(args, registered()), quiet=args.quiet,
                                 keep_job_on_failure=args.keep_job_on_failure, stop_grace_seconds=args.stop_grace)
         return module.run(list(args.command), options, try_fixes=args.try_fixes, backends=args.backends,
                           find_batch_size=args.find_batch_size)
@@ -145,11 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                "TF_CONFIG's cluster, the same on every worker)")
     p.add_argument("--live", action="store_true",
                    help="show cores, memory, GPU, the current phase and the step rate live (on a terminal)")
-    p.add_argument("--tensorboard", metavar="LOGDIR",
-                   help="write system metrics as TensorBoard scalars into LOGDIR/tensorgauge, on the training "
-                        "step and epoch axes")
-    p.add_argument("--prometheus", metavar="[HOST:]PORT",
-                   help="serve live metrics for Prometheus on HOST:PORT (default host 127.0.0.1), e.g. 9464")
+    for spec in registered():
+        spec.add_argument(p)
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing of tensorgauge's own")
     p.add_argument("--stop-grace", type=_grace, default=10.0, metavar="S",
                    help="after a SIGTERM or SIGINT passed on to the job, seconds it has to end before its whole "

@@ -162,7 +162,7 @@ class TrialProgress:
                      + (f"failed ({trial['error']})" if trial.get("error") else
                         f"{rate:,.0f} examples/s" if rate else "no step timed"))
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> None:
         pass
 
 
