@@ -3,6 +3,7 @@ its checkpoint folder, the live observers, and the one-line summary at the end."
 
 from __future__ import annotations
 
+import argparse
 import functools
 import hashlib
 import json
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from tensorgauge.commands._shared import check_output, console, open_store, write_json
 from tensorgauge.errors import TensorgaugeError
+from tensorgauge.monitoring.options import RunOptions
 from tensorgauge.render.text import safe
 from tensorgauge.store.private import check_own, private_folder
 
@@ -23,25 +25,31 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class RecordOptions:
+class RecordOptions(RunOptions):
+    """What ``run`` (and ``demo``) record by, built once from the flags (:func:`from_args`): the runner's
+    own options, and what only the command needs (the store, outputs, the budget as given)."""
+
     store: str | None = None
-    interval_seconds: float = 0.1
-    name: str | None = None
     json_path: str | None = None
-    hook: bool = True
-    diagnose: str = "auto"  # "auto" (within its cost bound), "always" (--diagnose), "" (--no-diagnose)
     max_memory: str | None = None
     max_cpus: str | None = None
     max_gpu_memory: str | None = None
     checkpoint: str | None = None
-    job: str | None = None
     live: bool = False
     exports: dict[str, str] = field(default_factory=dict)  # exporter name -> its flag's value (live.exporters)
     quiet: bool = False
-    keep_job_on_failure: bool = False
-    stop_grace_seconds: float = 10.0  # after a SIGTERM or SIGINT passed on, before the tree is killed
-    extra_env: dict[str, str] | None = None  # set for the job (e.g. KERAS_BACKEND by --backends)
     observers: tuple[Exporter, ...] = ()  # more outputs of the live run (e.g. --find-batch-size's progress)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> RecordOptions:
+        """From ``run``'s parsed flags (the exporters' from their declarations)."""
+        from tensorgauge.live.exporters import chosen, registered
+
+        return cls(store=args.store, interval_seconds=args.interval, name=args.name, json_path=args.json,
+                   hook=not args.no_hook, diagnose=args.diagnose, max_memory=args.max_memory,
+                   max_cpus=args.max_cpus, max_gpu_memory=args.max_gpu_memory, checkpoint=args.checkpoint,
+                   job=args.job, live=args.live, exports=chosen(args, registered()), quiet=args.quiet,
+                   keep_job_on_failure=args.keep_job_on_failure, stop_grace_seconds=args.stop_grace)
 
 
 def _check_checkpoint_dir(folder: str) -> None:
@@ -95,6 +103,7 @@ class _Outputs:
     def __init__(self, options: RecordOptions, say: Callable[[str], None]):
         from tensorgauge.live.exporters import registered
 
+        self.quiet = options.quiet
         specs = {spec.name: spec for spec in registered()}
         self.say = say
         self.named: list[tuple[ExporterSpec, Exporter]] = []
@@ -115,7 +124,7 @@ class _Outputs:
     def start(self, record) -> None:
         for spec, exporter in self.named:
             message = spec.start_message(exporter)
-            if message:
+            if message and not self.quiet:
                 self.say(f"[dim]tensorgauge: {safe(message)}[/dim]")
         for exporter in self.all:
             exporter.start(record)
@@ -209,12 +218,9 @@ def _record(command: list[str], options: RecordOptions, budget, outputs: _Output
                           f"into {safe(store.location)}[/dim]")
             outputs.start(run_record)
 
-        result = run(command, store, interval_seconds=options.interval_seconds, name=options.name,
-                     hook=options.hook, on_start=started, budget=budget, checkpoint_dir=checkpoint_dir,
-                     diagnose=options.diagnose, observers=outputs.all, job=options.job,
-                     report=lambda line: _say(err(), f"tensorgauge: warning: {line}", markup=False),
-                     keep_job_on_failure=options.keep_job_on_failure, extra_env=options.extra_env,
-                     stop_grace_seconds=options.stop_grace_seconds, output=output)
+        result = run(command, store, options, on_start=started, budget=budget, checkpoint_dir=checkpoint_dir,
+                     observers=outputs.all, output=output,
+                     report=lambda line: _say(err(), f"tensorgauge: warning: {line}", markup=False))
         if result.warning:
             return result.exit_code, result.record.run_id
         analysed = _conclude(store, result, options, outputs, err)

@@ -79,14 +79,13 @@ class monitor:
         self._thread.join()  # the loop ends with its last, forced tick
         recording = self._recording
         record = recording.record
-        record.wall_seconds = self.sources.clock.now() - self._t0
-        record.cpu_seconds_total = process_cpu_seconds() - self._cpu0
         record.exit_code = 0 if exc_type is None else 1
         try:
-            recording.settle()
+            stored = recording.conclude(self.sources.clock.now() - self._t0, process_cpu_seconds() - self._cpu0)
             record.complete = recording.loop is None or recording.loop.warning is None  # else samples are missing
-            if not recording.finish():
-                self._warn(f"the run's end was not stored ({recording.writer.state.error})")
+            problem = recording.close_out(stored)
+            if problem:
+                self._warn(problem)
         finally:
             for exporter in self.exporters:
                 try:
