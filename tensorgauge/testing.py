@@ -151,3 +151,31 @@ def FakeSources(clock: FakeClock | None = None, tree: FakeProcessTree | None = N
                    open_gpus=lambda: fake_gpus, make_cgroup=lambda run_id, allowed: None,
                    watch_tree=lambda pid, run_id, group: (fake_tree, None),
                    host=lambda: dict(host or {"hostname": "fake", "cores_allowed": 2.0}))
+
+
+@dataclass
+class InMemoryExporter:
+    """An :class:`~tensorgauge.monitoring.monitor.Exporter` that keeps what it is shown, for tests (the
+    OpenTelemetry SDK's ``InMemoryMetricReader``, here): ``tensorgauge.monitor(exporters=[exporter])``
+    or ``run(..., observers=[exporter])``, then read ``record``, ``samples``, ``events``, ``report``."""
+
+    record: object = None  # the RunRecord it was started with
+    samples: list = field(default_factory=list)
+    events: list = field(default_factory=list)
+    report: dict | None = None  # the analysed run (tensorgauge.run/1), where the caller concludes it
+    closed_with: tuple[float | None] | None = None  # (timeout,) once closed
+    dropped: int = 0
+
+    def start(self, record) -> None:
+        self.record = record
+
+    def observe(self, sample, events) -> None:
+        if sample is not None:
+            self.samples.append(sample)
+        self.events.extend(events)
+
+    def conclude(self, report: dict) -> None:
+        self.report = report
+
+    def close(self, timeout: float | None = None) -> None:
+        self.closed_with = (timeout,)

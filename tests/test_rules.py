@@ -54,3 +54,14 @@ def test_a_rule_sees_only_the_findings_it_declared(monkeypatch):
     found = findings.find(record, [], [], [])
     assert sorted(f.id for f in found) == ["a", "b", "declared", "undeclared"]
     assert seen == {"a": [], "b": [], "undeclared": [], "declared": ["a"]}
+
+
+def test_the_analysis_version_is_what_the_registered_rules_declare():
+    from tensorgauge.analyse import findings  # noqa: F401  (every rule registered)
+    from tensorgauge.analyse.analysis_version import analysis_version, declarations_in_source, version_of
+    from tensorgauge.analyse.rules import REGISTRY
+
+    assert sorted(declarations_in_source()) == sorted(e.declaration() for e in REGISTRY)
+    assert analysis_version() == version_of(e.declaration() for e in REGISTRY)
+    bumped = [[*d[:2], d[2] + 1, *d[3:]] if i == 0 else d for i, d in enumerate(e.declaration() for e in REGISTRY)]
+    assert version_of(bumped) != analysis_version()  # a rule's new version: a new analysis version

@@ -90,3 +90,16 @@ def test_the_live_view_shows_each():
     for metric in METRICS:
         if metric.name not in ON_THEIR_OWN_ROWS:
             assert metric.label in text, metric
+
+
+def test_show_from_to_has_a_column_for_each():
+    from tensorgauge.analyse.run_report import RunReport
+    from tensorgauge.render.terminal import render_window
+
+    out = io.StringIO()
+    samples = [sample(0.0), sample(1.0)]
+    report = RunReport.build(record(), samples, [])
+    render_window(Console(file=out, width=400), report, samples, 0.0, 1.0)
+    header = out.getvalue().splitlines()[1]
+    for metric in METRICS:
+        assert metric.label in header, metric

@@ -13,7 +13,7 @@ import statistics
 import numpy as np
 
 from tensorgauge.analyse.phases import model_calls
-from tensorgauge.analyse.rules import RunFacts, rule
+from tensorgauge.analyse.rules import RunFacts, idle_explainers, rule
 from tensorgauge.analyse.summary import other_cores
 from tensorgauge.hook.protocol import (
     SMALL_BATCH,
@@ -349,37 +349,34 @@ def idle_cause_unknown(fit: Phase | None, allowed: float, explained: bool, other
         expected_gain=None)
 
 
-# Findings that explain idle cores (cores_idle is the fallback when none of them fired; a long pause is a stall).
-PERFORMANCE_EXPLAINERS = ("input_bound", "eager_execution", "retracing", "thread_limited", "cpu_oversubscribed",
-                          "small_batch", "xla_on_cpu", "stalls")
 
 
 # -- the registered rules, in the order they run --------------------------------------
 
 
-@rule("eager_execution", category="performance")
+@rule("eager_execution", category="performance", explains_idle=True)
 def _eager_execution(f: RunFacts) -> Finding | None:
     return eager_execution(f.fit_config, f.fit, f.of_kind(Kind.EAGER_GRADIENTS) + f.of_kind(Kind.EAGER_PROBE)
                            + f.of_kind(Kind.LOOP_INPUT))
 
 
-@rule("retracing", category="performance")
+@rule("retracing", category="performance", explains_idle=True)
 def _retracing(f: RunFacts) -> Finding | None:
     return retracing(f.of_kind(Kind.TRACE))
 
 
-@rule("thread_limited", category="performance")
+@rule("thread_limited", category="performance", explains_idle=True)
 def _thread_limited(f: RunFacts) -> Finding | None:
     return thread_limited(f.fit_config, f.job, f.fit, f.cores_allowed, f.samples)
 
 
-@rule("cpu_oversubscribed", category="performance")
+@rule("cpu_oversubscribed", category="performance", explains_idle=True)
 def _cpu_oversubscribed(f: RunFacts) -> Finding | None:
     return cpu_oversubscribed(f.samples, f.fit, float(f.host.get("cores_logical") or f.cores_allowed),
                               f.summary.threads_peak)
 
 
-@rule("small_batch", category="performance")
+@rule("small_batch", category="performance", explains_idle=True)
 def _small_batch(f: RunFacts) -> Finding | None:
     return small_batch(f.fit_config, f.fit, f.first_ok(SpeProbe), float((f.input_split or {}).get("cost_seconds") or 0.0))
 
@@ -423,7 +420,7 @@ def xla_on_cpu(config: FitConfig | None, probe: XlaProbe | None, fit: Phase | No
         expected_gain="often several times faster steps on a CPU (up to 6x measured on a conv net); not measured here")
 
 
-@rule("xla_on_cpu", category="performance")
+@rule("xla_on_cpu", category="performance", explains_idle=True)
 def _xla_on_cpu(f: RunFacts) -> Finding | None:
     probe = next(iter(f.payloads(XlaProbe)), None)
     return xla_on_cpu(f.fit_config, probe, f.fit, len(f.summary.gpu))
@@ -434,15 +431,15 @@ def _idle_facts(f: RunFacts) -> tuple[bool, float | None, str | None]:
     others = other_cores(f.samples.between(f.fit.start, f.fit.end)) if f.fit is not None else None
     split = f.input_split
     unmeasured = str(split.get("why")) if split is not None and not split.get("measured") else None
-    return any(x.id in PERFORMANCE_EXPLAINERS for x in f.found), others, unmeasured
+    return any(x.id in idle_explainers() for x in f.found), others, unmeasured
 
 
-@rule("cores_idle", category="performance", after=PERFORMANCE_EXPLAINERS)
+@rule("cores_idle", category="performance", after_idle_explainers=True)
 def _cores_idle(f: RunFacts) -> Finding | None:
     return cores_idle(f.fit, f.cores_allowed, *_idle_facts(f))
 
 
-@rule("idle_cause_unknown", category="performance", after=PERFORMANCE_EXPLAINERS)
+@rule("idle_cause_unknown", category="performance", after_idle_explainers=True)
 def _idle_cause_unknown(f: RunFacts) -> Finding | None:
     return idle_cause_unknown(f.fit, f.cores_allowed, *_idle_facts(f))
 

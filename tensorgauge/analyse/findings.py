@@ -27,7 +27,7 @@ def find(record: RunRecord, samples: SampleSeries | list[Sample], events: list[E
     for entry in ordered():
         if category is not None and entry.category != category:
             continue
-        facts.found = [x for x in found if x.id in entry.after]  # a rule reads only what it declared
+        facts.found = [x for x in found if x.id in entry.reads()]  # a rule reads only what it declared
         result = entry.function(facts)
         if result is None:
             continue

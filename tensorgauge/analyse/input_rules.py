@@ -244,7 +244,7 @@ def backend_input_bound(timed: dict, fit: Phase, allowed: float) -> Finding | No
                       "the step without its wait)")
 
 
-@rule("input_bound", category="performance")
+@rule("input_bound", category="performance", explains_idle=True)
 def _input_bound(f: RunFacts) -> Finding | None:
     if f.fit is not None and f.fit.name == TRAIN_LOOP:
         return loop_input_bound(f.last(LoopInput), f.fit, f.cores_allowed, f.fit_config)

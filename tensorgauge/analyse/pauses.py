@@ -234,7 +234,7 @@ def _startup_dominated(f: RunFacts) -> Finding | None:
     return startup_dominated(f.phases, f.record.wall_seconds or 0.0, f.step_digests)
 
 
-@rule("stalls", category="performance")
+@rule("stalls", category="performance", explains_idle=True)
 def _stalls(f: RunFacts) -> Finding | None:
     if f.fit is None:
         return None

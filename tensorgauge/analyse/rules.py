@@ -100,13 +100,27 @@ class Entry:
     category: str
     function: Rule
     after: tuple[str, ...] = ()  # finding ids it reads in ``facts.found``: their rules run first
+    version: int = 1  # raised when what the rule finds changes: stored analyses are then made again
+    explains_idle: bool = False  # its finding explains idle cores (cores_idle is the fallback when none fired)
+    after_idle_explainers: bool = False  # it also reads every finding that explains idle cores
+
+    def reads(self) -> tuple[str, ...]:
+        """The finding ids it reads: its ``after``, and the idle-core explainers where it asks for them."""
+        return self.after + (idle_explainers() if self.after_idle_explainers else ())
+
+    def declaration(self) -> list:
+        """What the analysis version is made of (:mod:`.analysis_version`)."""
+        return [list(self.ids), list(self.after), self.version, self.explains_idle, self.after_idle_explainers]
 
 
 REGISTRY: list[Entry] = []
 
 
-def rule(*ids: str, category: str, after: tuple[str, ...] = ()) -> Callable[[Rule], Rule]:
-    """Register a rule that returns findings with these ``ids`` (reading those ``after`` in ``facts.found``)."""
+def rule(*ids: str, category: str, after: tuple[str, ...] = (), version: int = 1, explains_idle: bool = False,
+         after_idle_explainers: bool = False) -> Callable[[Rule], Rule]:
+    """Register a rule that returns findings with these ``ids`` (reading those ``after`` in ``facts.found``,
+    and with ``after_idle_explainers`` those of every rule declared ``explains_idle``). ``version``: raised
+    when what it finds changes. Keep the arguments literals: the analysis version is read from them."""
     if category not in CATEGORIES:
         raise ValueError(f"unknown category {category!r}")
 
@@ -116,10 +130,16 @@ def rule(*ids: str, category: str, after: tuple[str, ...] = ()) -> Callable[[Rul
             raise ValueError(f"finding ids registered twice: {sorted(taken & set(ids))}")
         if set(after) & set(ids):
             raise ValueError(f"a rule cannot run after itself: {sorted(set(after) & set(ids))}")
-        REGISTRY.append(Entry(tuple(ids), category, function, tuple(after)))
+        REGISTRY.append(Entry(tuple(ids), category, function, tuple(after), version, explains_idle,
+                              after_idle_explainers))
         return function
 
     return register
+
+
+def idle_explainers() -> tuple[str, ...]:
+    """The ids of the findings that explain idle cores (declared ``explains_idle``), as registered."""
+    return tuple(i for entry in REGISTRY if entry.explains_idle for i in entry.ids)
 
 
 def ordered(entries: list[Entry] | None = None) -> list[Entry]:
@@ -127,7 +147,7 @@ def ordered(entries: list[Entry] | None = None) -> list[Entry]:
     entries = list(REGISTRY if entries is None else entries)
     owner = {i: entry for entry in entries for i in entry.ids}
     for entry in entries:
-        unknown = [i for i in entry.after if i not in owner]
+        unknown = [i for i in entry.reads() if i not in owner]
         if unknown:
             raise ValueError(f"rule {entry.function.__name__} runs after {unknown}, which no rule returns")
     out: list[Entry] = []
@@ -139,8 +159,9 @@ def ordered(entries: list[Entry] | None = None) -> list[Entry]:
         if id(entry) in placing:
             raise ValueError(f"rules read each other's findings in a cycle: {entry.function.__name__}")
         placing.add(id(entry))
-        for i in entry.after:
-            place(owner[i])
+        for i in entry.reads():
+            if owner[i] is not entry:
+                place(owner[i])
         placing.discard(id(entry))
         out.append(entry)
 

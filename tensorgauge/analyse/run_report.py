@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tensorgauge._version import __version__
+from tensorgauge.analyse.analysis_version import analysis_version
 from tensorgauge.errors import StoreError
 from tensorgauge.model import RUN_SCHEMA, Event, Finding, Phase, RunRecord, Sample, Summary
 
 if TYPE_CHECKING:  # numpy and the analysis load only when a run is analysed, not when its analysis is read
     from tensorgauge.series import SampleSeries
 
-ANALYSIS_VERSION = 23  # raised when what the analysis finds changes; with the package's version, part of its key
 
 
 class RunSource(Protocol):
@@ -40,7 +40,7 @@ class RunSource(Protocol):
 
 def analysis_key(record: RunRecord) -> str:
     """What a stored analysis was computed from: this version's analysis of this record."""
-    text = json.dumps([ANALYSIS_VERSION, __version__, record.to_dict()], sort_keys=True, default=str)
+    text = json.dumps([analysis_version(), __version__, record.to_dict()], sort_keys=True, default=str)
     return hashlib.sha1(text.encode()).hexdigest()
 
 

@@ -3,44 +3,53 @@ its checkpoint folder, the live observers, and the one-line summary at the end."
 
 from __future__ import annotations
 
+import argparse
 import functools
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tensorgauge.commands._shared import check_output, console, open_store, write_json
 from tensorgauge.errors import TensorgaugeError
+from tensorgauge.monitoring.options import RunOptions
 from tensorgauge.render.text import safe
 from tensorgauge.store.private import check_own, private_folder
 
 if TYPE_CHECKING:
+    from tensorgauge.live.exporters import ExporterSpec
     from tensorgauge.monitoring.monitor import Exporter
 
 
 @dataclass
-class RecordOptions:
+class RecordOptions(RunOptions):
+    """What ``run`` (and ``demo``) record by, built once from the flags (:func:`from_args`): the runner's
+    own options, and what only the command needs (the store, outputs, the budget as given)."""
+
     store: str | None = None
-    interval_seconds: float = 0.1
-    name: str | None = None
     json_path: str | None = None
-    hook: bool = True
-    diagnose: str = "auto"  # "auto" (within its cost bound), "always" (--diagnose), "" (--no-diagnose)
     max_memory: str | None = None
     max_cpus: str | None = None
     max_gpu_memory: str | None = None
     checkpoint: str | None = None
-    job: str | None = None
     live: bool = False
-    tensorboard: str | None = None
-    prometheus: str | None = None
+    exports: dict[str, str] = field(default_factory=dict)  # exporter name -> its flag's value (live.exporters)
     quiet: bool = False
-    keep_job_on_failure: bool = False
-    stop_grace_seconds: float = 10.0  # after a SIGTERM or SIGINT passed on, before the tree is killed
-    extra_env: dict[str, str] | None = None  # set for the job (e.g. KERAS_BACKEND by --backends)
     observers: tuple[Exporter, ...] = ()  # more outputs of the live run (e.g. --find-batch-size's progress)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> RecordOptions:
+        """From ``run``'s parsed flags (the exporters' from their declarations)."""
+        from tensorgauge.live.exporters import chosen, registered
+
+        return cls(store=args.store, interval_seconds=args.interval, name=args.name, json_path=args.json,
+                   hook=not args.no_hook, diagnose=args.diagnose, max_memory=args.max_memory,
+                   max_cpus=args.max_cpus, max_gpu_memory=args.max_gpu_memory, checkpoint=args.checkpoint,
+                   job=args.job, live=args.live, exports=chosen(args, registered()), quiet=args.quiet,
+                   keep_job_on_failure=args.keep_job_on_failure, stop_grace_seconds=args.stop_grace)
 
 
 def _check_checkpoint_dir(folder: str) -> None:
@@ -87,48 +96,117 @@ def _say(console, text: str, **kwargs) -> None:
         pass
 
 
+class _Outputs:
+    """The run's exporters (those asked for, by name, from the registry; then the caller's observers and
+    the live view): made before the job starts, concluded with the analysed run, closed however it ends."""
+
+    def __init__(self, options: RecordOptions, say: Callable[[str], None]):
+        from tensorgauge.live.exporters import registered
+
+        self.quiet = options.quiet
+        specs = {spec.name: spec for spec in registered()}
+        self.say = say
+        self.named: list[tuple[ExporterSpec, Exporter]] = []
+        self.all: list[Exporter] = []
+        self.closed: dict[str, dict[str, int]] | None = None
+        try:
+            for name, value in options.exports.items():
+                if name not in specs:
+                    raise TensorgaugeError(f"no exporter named {name!r} (installed: {', '.join(specs)})")
+                exporter = specs[name].factory(value)
+                self.named.append((specs[name], exporter))
+                self.all.append(exporter)
+        except BaseException:
+            self.close()
+            raise
+        self.all.extend(options.observers)
+
+    def start(self, record) -> None:
+        for spec, exporter in self.named:
+            message = spec.start_message(exporter)
+            if message and not self.quiet:
+                self.say(f"[dim]tensorgauge: {safe(message)}[/dim]")
+        for exporter in self.all:
+            exporter.start(record)
+
+    def conclude(self, document: dict) -> None:
+        for exporter in self.all:
+            conclude = getattr(exporter, "conclude", None)
+            if conclude is not None:
+                try:
+                    conclude(document)
+                except Exception as exc:  # an output's failure never changes the job's outcome
+                    self.say(f"tensorgauge: warning: {safe(type(exporter).__name__)} failed: "
+                             f"{type(exc).__name__}: {safe(str(exc))}")
+
+    def close(self) -> dict[str, dict[str, int]]:
+        """Each closed within its bound; what each named one dropped (name -> {"dropped": N})."""
+        from tensorgauge.monitoring.monitor import EXPORTER_CLOSE_SECONDS
+
+        if self.closed is not None:
+            return self.closed
+        self.closed = {}
+        for exporter in self.all:
+            try:
+                exporter.close(EXPORTER_CLOSE_SECONDS)
+            except Exception as exc:
+                self.say(f"tensorgauge: warning: {safe(type(exporter).__name__)} failed to close: "
+                         f"{type(exc).__name__}: {safe(str(exc))}")
+        self.closed = {spec.name: {"dropped": dropped} for spec, exporter in self.named
+                       if isinstance(dropped := getattr(exporter, "dropped", None), int)}
+        return self.closed
+
+
 def record(command: list[str], options: RecordOptions) -> tuple[int, str]:
     """Run ``command`` under the monitor; print where it went; return (the job's exit code, run id)."""
-    from tensorgauge.analyse.run_report import RunReport
-    from tensorgauge.monitoring.runner import resolve_command, run
+    from tensorgauge.monitoring.runner import resolve_command
 
     resolve_command(command)  # before the store: a typo should not create anything
     if options.json_path:
         check_output(options.json_path, options.store)  # found now, not after an hour of training
     budget = make_budget(options)
-    exporters: list[Exporter] = []
-    if options.tensorboard:
-        from tensorgauge.live.tensorboard import TensorBoardWriter
-
-        exporters.append(TensorBoardWriter(options.tensorboard))
-    prometheus = None
-    if options.prometheus:
-        from tensorgauge.live.prometheus import PrometheusExporter
-
-        prometheus = PrometheusExporter(options.prometheus)
-        exporters.append(prometheus)
-    exporters.extend(options.observers)
     err = functools.cache(lambda: console(stderr=True))  # rich only when something is printed
-    output = None
-    if options.live and err().is_terminal:
-        from tensorgauge.live.view import LiveView
-        from tensorgauge.monitoring.job_output import JobOutput
+    outputs = _Outputs(options, lambda line: _say(err(), line))
+    try:
+        return _record(command, options, budget, outputs, err)
+    finally:
+        outputs.close()
 
-        view = LiveView(err())
-        exporters.append(view)
-        output = JobOutput.for_terminal(2, view.job_lines, view.job_partial)  # the job's lines above the panel
+
+def _live_view(options: RecordOptions, outputs: _Outputs, err):
+    """``--live`` on a terminal: the live panel (an exporter) and the job's output above it."""
+    if not (options.live and err().is_terminal):
+        return None
+    from tensorgauge.live.view import LiveView
+    from tensorgauge.monitoring.job_output import JobOutput
+
+    view = LiveView(err())
+    outputs.all.append(view)
+    return JobOutput.for_terminal(2, view.job_lines, view.job_partial)  # the job's lines above the panel
+
+
+def _checkpoint_dir(options: RecordOptions, budget, store, command: list[str]) -> str | None:
+    """Where a memory budget's stop leaves its checkpoint (checked writable now), or None."""
+    if budget is None or budget.max_memory_bytes is None:
+        return None
+    checkpoint_dir = options.checkpoint or str(private_folder(
+        store.data_dir, default_checkpoint_dir(store.data_dir, command).relative_to(store.data_dir).parts,
+        "the checkpoint folder", "another user could have put it there; remove it, or give --checkpoint DIR"))
+    _check_checkpoint_dir(checkpoint_dir)
+    return checkpoint_dir
+
+
+def _record(command: list[str], options: RecordOptions, budget, outputs: _Outputs, err) -> tuple[int, str]:
+    from tensorgauge.monitoring.runner import run
+
+    output = _live_view(options, outputs, err)
     if options.checkpoint and budget is not None and budget.max_memory_bytes is not None:
         _check_checkpoint_dir(options.checkpoint)  # now (before anything is made), not when the budget fires
     with open_store(options.store) as store:  # closed however the run ends
         if store.read_only:  # before the job starts: every sample would be lost
             raise TensorgaugeError(f"cannot record into {safe(store.location)}: it is read-only (a read-only file, "
                                    "folder or mount); give a writable store with --store")
-        checkpoint_dir = None
-        if budget is not None and budget.max_memory_bytes is not None:
-            checkpoint_dir = options.checkpoint or str(private_folder(
-                store.data_dir, default_checkpoint_dir(store.data_dir, command).relative_to(store.data_dir).parts,
-                "the checkpoint folder", "another user could have put it there; remove it, or give --checkpoint DIR"))
-            _check_checkpoint_dir(checkpoint_dir)
+        checkpoint_dir = _checkpoint_dir(options, budget, store, command)
         if options.diagnose == "always" and os.environ.get("TF_CONFIG") and not options.quiet:
             err().print("[yellow]tensorgauge: note: --diagnose profiles 10 training steps; under "
                       "MultiWorkerMirroredStrategy, TensorFlow 2.21 crashed a worker in that window in about 1 run "
@@ -138,47 +216,63 @@ def record(command: list[str], options: RecordOptions) -> tuple[int, str]:
             if not options.quiet:
                 _say(err(), f"[dim]tensorgauge: recording run {run_record.run_id} every {options.interval_seconds:g} s "
                           f"into {safe(store.location)}[/dim]")
-            for exporter in exporters:
-                exporter.start(run_record)
-            if prometheus is not None and not options.quiet:
-                _say(err(), f"[dim]tensorgauge: Prometheus metrics on http://{prometheus.host}:{prometheus.port}/metrics[/dim]")
+            outputs.start(run_record)
 
-        try:
-            result = run(command, store, interval_seconds=options.interval_seconds, name=options.name,
-                         hook=options.hook, on_start=started, budget=budget, checkpoint_dir=checkpoint_dir,
-                         diagnose=options.diagnose, observers=exporters, job=options.job,
-                         report=lambda line: _say(err(), f"tensorgauge: warning: {line}", markup=False),
-                         keep_job_on_failure=options.keep_job_on_failure, extra_env=options.extra_env,
-                         stop_grace_seconds=options.stop_grace_seconds, output=output)
-        finally:
-            for exporter in exporters:
-                exporter.close()
+        result = run(command, store, options, on_start=started, budget=budget, checkpoint_dir=checkpoint_dir,
+                     observers=outputs.all, output=output,
+                     report=lambda line: _say(err(), f"tensorgauge: warning: {line}", markup=False))
         if result.warning:
             return result.exit_code, result.record.run_id
-        record_ = result.record
-        analysed = None
-        try:  # analysed once, now, and stored with the run: reading it later costs the same however long it ran
-            analysed = RunReport.load(store, record_.run_id)
-            if options.json_path:
-                write_json(analysed.to_dict(), options.json_path)
-        except TensorgaugeError as exc:  # the job's exit code stands; the run is in the store
-            _say(err(), f"tensorgauge: warning: {safe(str(exc))} (the run is stored: tensorgauge show "
-                      f"{record_.run_id} --json)", markup=False)
+        analysed = _conclude(store, result, options, outputs, err)
         if not options.quiet:  # from what the monitor saw: no reading back, however long the run
-            from tensorgauge.render.terminal import outcome
-            from tensorgauge.units import format_bytes, format_seconds
-
-            wall = record_.wall_seconds or 0.0
-            cpu = record_.cpu_seconds_total or 0.0
-            budget = record_.budget or {}
-            # Under a memory budget, its own figure (what the kernel charges): the one it acted on.
-            peak = (f"memory peak {format_bytes(budget.get('peak_bytes'))} of the "
-                    f"{format_bytes(budget['max_memory_bytes'])} budget" if budget.get("max_memory_bytes")
-                    else f"RSS peak {format_bytes(result.rss_peak_bytes)}")
-            _say(err(), f"[dim]tensorgauge: run {record_.run_id}: {outcome(record_)}, {format_seconds(wall)} wall, "
-                      f"{cpu:.2f} CPU-s, {cpu / wall if wall > 0 else 0.0:.2f} cores mean, {peak}, "
-                      f"{result.phases} phases — tensorgauge show {record_.run_id}[/dim]")
-            stop = next((f for f in analysed.findings if f.id == "memory_budget"), None) if analysed else None
-            if stop is not None:
-                _say(err(), f"tensorgauge: {safe(stop.title)}. {safe(stop.fix)}", markup=False)
+            _say_outcome(result, analysed, err)
         return result.exit_code, result.record.run_id
+
+
+def _conclude(store, result, options: RecordOptions, outputs: _Outputs, err):
+    """The run analysed once, now, and stored with it (reading it later costs the same however long it
+    ran); handed to the exporters, which are then closed; its JSON written with what they dropped."""
+    from tensorgauge.analyse.run_report import RunReport
+
+    run_id = result.record.run_id
+    try:
+        analysed = RunReport.load(store, run_id)
+    except TensorgaugeError as exc:  # the job's exit code stands; the run is in the store
+        _say(err(), f"tensorgauge: warning: {safe(str(exc))} (the run is stored: tensorgauge show "
+                  f"{run_id} --json)", markup=False)
+        return None
+    document = analysed.to_dict()
+    outputs.conclude(document)
+    exports = outputs.close()
+    for name, figures in exports.items():
+        if figures["dropped"]:
+            _say(err(), f"tensorgauge: warning: {name}: {figures['dropped']} export(s) dropped (nothing took "
+                      "them; the job was not held up)", markup=False)
+    if options.json_path:
+        try:
+            write_json({**document, "exports": exports} if exports else document, options.json_path)
+        except TensorgaugeError as exc:
+            _say(err(), f"tensorgauge: warning: {safe(str(exc))} (the run is stored: tensorgauge show "
+                      f"{run_id} --json)", markup=False)
+    return analysed
+
+
+def _say_outcome(result, analysed, err) -> None:
+    """The one line at the end (and a memory budget's stop, with its fix)."""
+    from tensorgauge.render.terminal import outcome
+    from tensorgauge.units import format_bytes, format_seconds
+
+    record_ = result.record
+    wall = record_.wall_seconds or 0.0
+    cpu = record_.cpu_seconds_total or 0.0
+    budget = record_.budget or {}
+    # Under a memory budget, its own figure (what the kernel charges): the one it acted on.
+    peak = (f"memory peak {format_bytes(budget.get('peak_bytes'))} of the "
+            f"{format_bytes(budget['max_memory_bytes'])} budget" if budget.get("max_memory_bytes")
+            else f"RSS peak {format_bytes(result.rss_peak_bytes)}")
+    _say(err(), f"[dim]tensorgauge: run {record_.run_id}: {outcome(record_)}, {format_seconds(wall)} wall, "
+              f"{cpu:.2f} CPU-s, {cpu / wall if wall > 0 else 0.0:.2f} cores mean, {peak}, "
+              f"{result.phases} phases — tensorgauge show {record_.run_id}[/dim]")
+    stop = next((f for f in analysed.findings if f.id == "memory_budget"), None) if analysed else None
+    if stop is not None:
+        _say(err(), f"tensorgauge: {safe(stop.title)}. {safe(stop.fix)}", markup=False)

@@ -257,3 +257,48 @@ def resolve_baseline(stores: CommandStore, ref: str) -> str:
         if path.is_file():
             return str(path)
     return ref
+
+
+def grace_seconds(text: str) -> float:
+    """An argparse type: a grace period in seconds, from 0 to a day."""
+    import argparse
+
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 <= seconds <= 24 * 3600:  # false for NaN too
+        raise argparse.ArgumentTypeError(f"the grace period must be between 0 s and a day, got {text}")
+    return seconds
+
+
+def count(text: str) -> int:
+    """An argparse type: a whole number, 0 or more."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
+def offset(text: str) -> float:
+    """An argparse type: a time from the run's start (3h10m, 90s, 12.5)."""
+    import argparse
+
+    from tensorgauge.units import parse_offset_seconds
+
+    try:
+        return parse_offset_seconds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def window_arguments(p: Any, what: str) -> None:
+    """``--from``/``--to``: a stretch of a run."""
+    p.add_argument("--from", dest="start", type=offset, metavar="TIME", help=what)
+    p.add_argument("--to", dest="end", type=offset, metavar="TIME",
+                   help="the window's end (default: 2 minutes after --from, or the run's end)")

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 from tensorgauge.commands._shared import CommandStore, baseline_folder, baseline_path
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.render.text import plain
@@ -42,3 +44,21 @@ def _baseline(stores: CommandStore, action: str, name: str | None, run: str | No
     partial.replace(path)  # a reader never sees half a baseline
     print(f"baseline {plain(name)}: run {bundle.record.run_id} ({path})")
     return 0
+
+
+VERB = "baseline"
+HELP = "save, list or remove named baselines for 'check'"
+DESCRIPTION = ("save NAME RUN keeps the run as a bundle in the baselines folder beside the "
+               "store; list shows them; rm NAME removes one.")
+USES_STORE = True  # takes --store
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``tensorgauge baseline``."""
+    p.add_argument("action", choices=("save", "list", "rm"))
+    p.add_argument("name", nargs="?", metavar="NAME")
+    p.add_argument("run", nargs="?", metavar="RUN")
+
+
+def main(args: argparse.Namespace) -> int:
+    return baseline(args.store, args.action, args.name, args.run)

@@ -4,6 +4,7 @@ each benchmark used (cores busy, peak memory) from its phase."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import sys
 
@@ -43,3 +44,23 @@ def bench(store: str | None, quick: bool = False, output: str | None = None) -> 
         export_run(opened, report.record.run_id).write(out)
     console().print(f"bundle: {out}  (compare it with: tensorgauge compare {out} OTHER)")
     return 0
+
+
+VERB = "bench"
+HELP = "run the standard benchmark suite and write a bundle"
+DESCRIPTION = ("numpy matmul, TensorFlow matmul, a dense model trained at batch 16/128/512, "
+               "a tf.data pipeline, a save and load; recorded as a run (cores busy and peak "
+               "memory per benchmark) and written as a bundle for 'compare'. "
+               "--quick: about 15 s on 2 cores; full: about 35 s.")
+USES_STORE = True  # takes --store
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``tensorgauge bench``."""
+    p.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="bundle file (default tensorgauge-bench-RUN_ID.json in the current folder)")
+
+
+def main(args: argparse.Namespace) -> int:
+    return bench(args.store, args.quick, args.output)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from tensorgauge.commands._shared import CommandStore, load_side, resolve_baseline, write_text
@@ -90,3 +91,32 @@ def check(store: str | None, run: str, against: str, max_slower: str | None = No
     if json_path:
         write_text(json.dumps(result.to_dict(), indent=2), json_path)
     return 0 if result.passed else 1
+
+
+VERB = "check"
+HELP = "fail a run that got slower or heavier than its baseline"
+DESCRIPTION = ("RUN against BASELINE (a named baseline, a bundle file, or a run): each fit/"
+               "evaluate/predict's steady step, CPU time and RSS peak. Exit 0 within the limits "
+               "(or within the run-to-run noise), 1 beyond them, with what changed in the job, "
+               "2 for bad input.")
+USES_STORE = True  # takes --store
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``tensorgauge check``."""
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("--against", required=True, metavar="BASELINE")
+    p.add_argument("--max-slower", metavar="SHARE", help="a step or the CPU time this much longer fails (10%%)")
+    p.add_argument("--max-memory-growth", metavar="SHARE", help="an RSS peak this much larger fails (10%%)")
+    p.add_argument("--no-new-findings", action="store_true", help="also fail on a finding the baseline did not have")
+    p.add_argument("--format", default="text", choices=("text", "markdown", "junit"),
+                   help="text (default), markdown (a CI job summary) or junit (a CI test report)")
+    p.add_argument("-o", "--output", metavar="PATH", help="write the output there instead of stdout")
+    p.add_argument("--json", metavar="PATH", help="also write the tensorgauge.check/1 document")
+    p.add_argument("--config", metavar="PATH", help="limits from a TOML file's [tool.tensorgauge.check] table "
+                                                    "(default: ./pyproject.toml when there is one; flags win)")
+
+
+def main(args: argparse.Namespace) -> int:
+    return check(args.store, args.run, args.against, args.max_slower, args.max_memory_growth,
+                 args.no_new_findings, args.format, args.output, args.json, args.config)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from tensorgauge.commands._shared import CommandStore, console, load_side, open_store, write_text
@@ -45,3 +46,24 @@ def _compare_job(store: str | None, job: str, json_path: str | None) -> int:
         return 0
     render_job(console(), job, rows, finding)
     return 0
+
+
+VERB = "compare"
+HELP = "compare two runs or bundles and explain the difference"
+DESCRIPTION = ("A and B are run ids/names or bundle files (from bench or export). Shows the "
+               "environment differences, each benchmark's or phase's ratio, and a ranked "
+               "explanation tying result differences to environment differences.")
+USES_STORE = True  # takes --store
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``tensorgauge compare``."""
+    p.add_argument("a", metavar="A", nargs="?")
+    p.add_argument("b", metavar="B", nargs="?")
+    p.add_argument("--job", metavar="JOB", help="instead of A and B: every worker of a distributed job, side by "
+                                                "side, and the straggler")
+    p.add_argument("--json", nargs="?", const="-", metavar="PATH", help="the tensorgauge.compare/1 document")
+
+
+def main(args: argparse.Namespace) -> int:
+    return compare(args.store, args.a, args.b, args.json, args.job)

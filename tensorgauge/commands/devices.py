@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 from pathlib import Path
@@ -31,3 +32,27 @@ def devices(path: str, json_path: str | None = None, device: str | None = None,
             return 0
     render_devices(console(), result)
     return 0
+
+
+VERB = "devices"
+HELP = "where a saved model's weights and ops run"
+DESCRIPTION = ("Load a SavedModel directory, a .keras or a .h5 file in a subprocess; list its "
+               "variables and the device of each, call it once on zeros and list where its "
+               "ops ran (counts, top ops by time per device, ops without a GPU kernel).")
+USES_STORE = False  # takes --store
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``tensorgauge devices``."""
+    p.add_argument("path", metavar="PATH", help="SavedModel directory, .keras or .h5 file")
+    p.add_argument("--json", nargs="?", const="-", metavar="PATH",
+                   help="the tensorgauge.devices/1 document, to stdout or PATH")
+    p.add_argument("--device", metavar="DEVICE", help="load under tf.device(DEVICE), e.g. /CPU:0 or /GPU:0")
+    p.add_argument("--input-shape", action="append", metavar="SHAPE",
+                   help="the probe's input shape, e.g. 1,28,28,3 (once per input; default: from the model)")
+    p.add_argument("--logical-cpus", type=int, metavar="N",
+                   help="split the CPU into N logical devices (to try device scopes without a GPU)")
+
+
+def main(args: argparse.Namespace) -> int:
+    return devices(args.path, args.json, args.device, args.input_shape, args.logical_cpus)

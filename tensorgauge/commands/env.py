@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from tensorgauge.commands._shared import console, progress_printer, write_text
@@ -20,3 +21,19 @@ def env(json_path: str | None = None) -> int:
         return 0
     render_env(console(), fingerprint)
     return 0
+
+
+VERB = "env"
+HELP = "this machine's fingerprint: CPU, cores allowed, memory, GPU, TensorFlow build"
+DESCRIPTION = ("The environment fingerprint saved with every run, for this machine and "
+               "this Python (TensorFlow is imported to read its build, if installed).")
+USES_STORE = False  # takes --store
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``tensorgauge env``."""
+    p.add_argument("--json", nargs="?", const="-", metavar="PATH", help="the tensorgauge.env/1 document")
+
+
+def main(args: argparse.Namespace) -> int:
+    return env(args.json)

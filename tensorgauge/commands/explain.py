@@ -3,6 +3,7 @@ example, the fix and how to check it), or the list of finding ids."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from tensorgauge.errors import TensorgaugeError
@@ -23,3 +24,20 @@ def explain(rule_id: str | None = None) -> int:
         raise TensorgaugeError(f"no finding {rule_id!r}; the ids: {', '.join(ids())}")
     sys.stdout.write(markdown(doc))
     return 0
+
+
+VERB = "explain"
+HELP = "what a finding means, how it is measured, its fix and how to check it"
+DESCRIPTION = ("Print the page of the finding ID (as `show` names it: input_bound, stalls, "
+               "...): what it means, how it is measured, when it fires, an example, the fix "
+               "and how to check it. Without ID, list the ids.")
+USES_STORE = False  # takes --store
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``tensorgauge explain``."""
+    p.add_argument("id", nargs="?", metavar="ID", help="a finding id; none: list them")
+
+
+def main(args: argparse.Namespace) -> int:
+    return explain(args.id)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 from tensorgauge.commands._shared import analyse_bundle, open_store
 
 
@@ -17,3 +19,18 @@ def import_bundle(store: str | None, path: str) -> int:
         run_id = store_bundle(opened, bundle, analysis)
     print(f"imported {run_id}")
     return 0
+
+
+VERB = "import"
+HELP = "add a run from a bundle file to the store"
+DESCRIPTION = None
+USES_STORE = True  # takes --store
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``tensorgauge import``."""
+    p.add_argument("file", metavar="FILE")
+
+
+def main(args: argparse.Namespace) -> int:
+    return import_bundle(args.store, args.file)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
+
 from tensorgauge.commands._shared import (
     WINDOW_MAX_BYTES,
     CommandStore,
     check_output,
     load_side,
     window,
+    window_arguments,
     write_text,
 )
 from tensorgauge.errors import TensorgaugeError
@@ -42,3 +45,23 @@ def report(store: str | None, refs: list[str], output: str, start: float | None 
     if output != "-":
         print(f"report: {plain(output)}")
     return 0
+
+
+VERB = "report"
+HELP = "write a self-contained HTML report of a run (or two)"
+DESCRIPTION = ("One HTML file that works offline: cores busy over time with phases and "
+               "steps, a per-CPU heatmap, memory, GPU, the step-time histogram, the phase "
+               "table, findings and the environment; with two runs (ids, names or bundle "
+               "files), their comparison first.")
+USES_STORE = True  # takes --store
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``tensorgauge report``."""
+    p.add_argument("runs", nargs="+", metavar="RUN", help="one run, or two to compare")
+    p.add_argument("-o", "--output", required=True, metavar="FILE.html")
+    window_arguments(p, "draw only this stretch of one run, every sample (e.g. --from 3h10m --to 3h12m)")
+
+
+def main(args: argparse.Namespace) -> int:
+    return report(args.store, args.runs, args.output, args.start, args.end)

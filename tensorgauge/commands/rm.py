@@ -3,6 +3,8 @@ recorded is refused."""
 
 from __future__ import annotations
 
+import argparse
+
 from tensorgauge.commands._shared import open_store
 from tensorgauge.errors import TensorgaugeError
 
@@ -33,3 +35,18 @@ def _refuse_live(store, run_id: str) -> None:
         raise TensorgaugeError(f"run {run_id} is still being recorded (its last sample is {max(quiet, 0.0):.0f} s "
                                f"old): stop it first (a run whose monitor died can be removed {bound:.0f} s after "
                                "its last sample)")
+
+
+VERB = "rm"
+HELP = "delete runs"
+DESCRIPTION = None
+USES_STORE = True  # takes --store
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``tensorgauge rm``."""
+    p.add_argument("runs", nargs="+", metavar="RUN")
+
+
+def main(args: argparse.Namespace) -> int:
+    return rm(args.store, args.runs)

@@ -4,13 +4,16 @@ compare them (--backends)."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 from collections.abc import Callable
 
 from tensorgauge.commands._recording import RecordOptions, record
-from tensorgauge.commands._shared import console, open_store, progress_printer, write_text
+from tensorgauge.commands._shared import console, grace_seconds, open_store, progress_printer, write_text
 from tensorgauge.errors import TensorgaugeError
+from tensorgauge.live.exporters import registered
+from tensorgauge.monitoring.limits import interval_option
 
 BACKENDS = ("tensorflow", "jax", "torch")
 
@@ -162,7 +165,7 @@ class TrialProgress:
                      + (f"failed ({trial['error']})" if trial.get("error") else
                         f"{rate:,.0f} examples/s" if rate else "no step timed"))
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> None:
         pass
 
 
@@ -197,3 +200,64 @@ def _find_batch_size(command: list[str], options: RecordOptions) -> int:
                                f"(exit {code}; tensorgauge show {run_id})")
     render_batch_search(console(), search)
     return code
+
+
+VERB = "run"
+HELP = "run a command and record its CPU, memory, GPU and phases"
+DESCRIPTION = ("Run COMMAND as a child, sample it every --interval seconds and record it. "
+               "Exits with COMMAND's exit code (128+N when signal N ended it).")
+USES_STORE = True  # takes --store
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``tensorgauge run``."""
+    p.add_argument("--interval", type=interval_option, default=0.1, metavar="S", help="seconds between samples (0.1)")
+    p.add_argument("--name", help="a name for the run (usable wherever a run id is)")
+    p.add_argument("--json", metavar="PATH", help="also write the run's report as JSON (- for stdout)")
+    p.add_argument("--no-hook", action="store_true", help="record from outside only: no phases")
+    diagnosis = p.add_mutually_exclusive_group()
+    diagnosis.add_argument("--diagnose", dest="diagnose", action="store_const", const="always", default="auto",
+                           help="measure the input split even where it costs more than 1%% of the fit, and under "
+                                "a distribution strategy (by default it is measured within that bound)")
+    diagnosis.add_argument("--no-diagnose", dest="diagnose", action="store_const", const="",
+                           help="do not profile training steps for the input split (no profiler window, no "
+                                "compute-only probe)")
+    p.add_argument("--backends", metavar="LIST",
+                   help="run a Keras 3 job once per backend (e.g. tensorflow,jax,torch: KERAS_BACKEND) and compare "
+                        "them phase by phase, with the causes")
+    p.add_argument("--try-fixes", action="store_true",
+                   help="time a short window of the first fit as it is and with each applicable fix "
+                        "(parallel map, prefetch, eager off, thread pools), and report each one's speedup")
+    p.add_argument("--find-batch-size", action="store_true",
+                   help="try the first fit at growing batch sizes (short trials in the job's process) and "
+                        "recommend the largest batch that keeps it under --max-memory (default: 80%% of the "
+                        "memory available); the job ends after the trials")
+    p.add_argument("--max-memory", metavar="SIZE",
+                   help="memory budget for the job's process tree: 10%% of RAM, 4GiB, 512MiB. At 90%% "
+                        "training is checkpointed and stopped (exit 75); past 100%% the job is killed")
+    p.add_argument("--max-cpus", metavar="N", help="CPU budget in cores, e.g. 1 or 1.5: thread pools, "
+                                                   "affinity and (where permitted) a cgroup quota")
+    p.add_argument("--max-gpu-memory", metavar="SIZE", help="GPU memory per GPU for TensorFlow, e.g. 8GiB")
+    p.add_argument("--checkpoint", metavar="DIR",
+                   help="where a budget stop leaves a resumable checkpoint, in a subfolder "
+                        "tensorgauge-resume it makes and removes (default: one folder per command beside the "
+                        "store; run the same command again to resume at the step it stopped at)")
+    p.add_argument("--job", metavar="ID", help="the distributed job this worker belongs to (default: derived from "
+                                               "TF_CONFIG's cluster, the same on every worker)")
+    p.add_argument("--live", action="store_true",
+                   help="show cores, memory, GPU, the current phase and the step rate live (on a terminal)")
+    for spec in registered():
+        spec.add_argument(p)
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing of tensorgauge's own")
+    p.add_argument("--stop-grace", type=grace_seconds, default=10.0, metavar="S",
+                   help="after a SIGTERM or SIGINT passed on to the job, seconds it has to end before its whole "
+                        "process tree is killed (10, as docker stop); a second SIGINT kills it at once")
+    p.add_argument("--keep-job-on-failure", action="store_true",
+                   help="if tensorgauge itself fails or is killed, leave the job running unmonitored (by default "
+                        "the job's whole process tree is stopped with it)")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
+
+
+def main(args: argparse.Namespace) -> int:
+    return run(list(args.command), RecordOptions.from_args(args), try_fixes=args.try_fixes, backends=args.backends,
+               find_batch_size=args.find_batch_size)

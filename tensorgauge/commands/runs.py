@@ -3,10 +3,13 @@ trials: --try-fixes' fixes, pytest --tensorgauge's tests) counted, or listed, un
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
-from tensorgauge.commands._shared import console, open_store
+from tensorgauge.commands._shared import console, count, open_store
+
+RUNS_SHOWN = 20  # runs listed by default
 
 
 def runs(store: str | None, limit: int = 0, name: str | None = None, job: str | None = None,
@@ -28,3 +31,25 @@ def runs(store: str | None, limit: int = 0, name: str | None = None, job: str | 
     for run_id, why in damaged:
         print(f"tensorgauge: skipped run {run_id}: {why}", file=sys.stderr)
     return 0
+
+
+VERB = "runs"
+HELP = "list recorded runs, newest first"
+DESCRIPTION = ("The newest runs first. The runs a run made of its own (--try-fixes' fixes, "
+               "pytest --tensorgauge's tests) are counted under it; --all lists them.")
+USES_STORE = True  # takes --store
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``tensorgauge runs``."""
+    p.add_argument("--limit", type=count, default=RUNS_SHOWN, metavar="N",
+                   help=f"show the newest N runs (default {RUNS_SHOWN}; 0: all)")
+    p.add_argument("--name", metavar="NAME", help="only runs whose name contains NAME (or matches it as a shell "
+                                                  "pattern, e.g. 'try-fixes: *')")
+    p.add_argument("--job", metavar="JOB", help="only the runs of the distributed job JOB")
+    p.add_argument("--all", dest="expand", action="store_true",
+                   help="list each run's trial runs under it (by default only counted)")
+
+
+def main(args: argparse.Namespace) -> int:
+    return runs(args.store, limit=args.limit, name=args.name, job=args.job, expand=args.expand)

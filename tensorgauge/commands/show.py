@@ -3,7 +3,9 @@ with ``--from``/``--to``, every sample of a stretch of it."""
 
 from __future__ import annotations
 
-from tensorgauge.commands._shared import WINDOW_MAX_BYTES, console, open_store, window, write_json
+import argparse
+
+from tensorgauge.commands._shared import WINDOW_MAX_BYTES, console, open_store, window, window_arguments, write_json
 
 
 def show(store: str | None, ref: str, json_path: str | None = None, start: float | None = None,
@@ -29,3 +31,22 @@ def show(store: str | None, ref: str, json_path: str | None = None, start: float
                 return 0
         render_run(console(), report)
         return 0
+
+
+VERB = "show"
+HELP = "show one run: summary, phases, account"
+DESCRIPTION = None
+USES_STORE = True  # takes --store
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``tensorgauge show``."""
+    p.add_argument("run", help="run id, unique prefix, name, or 'last'")
+    p.add_argument("--json", nargs="?", const="-", metavar="PATH",
+                   help="the tensorgauge.run/1 document, to stdout or PATH")
+    window_arguments(p, "every sample between these times from the run's start, at full resolution "
+                         "(e.g. --from 3h10m --to 3h12m)")
+
+
+def main(args: argparse.Namespace) -> int:
+    return show(args.store, args.run, args.json, args.start, args.end)

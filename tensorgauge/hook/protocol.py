@@ -192,6 +192,7 @@ class InputAB(Common, total=False):
     cost_seconds: float  # the compute-only excursions, variables saved and restored
     allowance_seconds: float | None  # what the diagnosis may cost in this fit (None: unbounded, --diagnose)
     source: str  # where the cached batch comes from ("a batch the fit produced", a peeked batch, the arrays' rows)
+    shapes: list[list[int]] | None  # the cached batch's tensors' shapes (what the compute-only steps ran on)
     settle_steps: int  # the most untimed real steps after an excursion
     after_fit: bool  # a fit too short for rounds: its steps in blocks, the compute-only steps run as it ended
     setup_seconds: float  # the first excursion's making of the cached batch (in cost_seconds, paid once)

@@ -101,6 +101,6 @@ class PrometheusExporter:
                 self.phase.labels(**labels, phase=phase).set(1)
             self._phase = phase
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> None:
         self.server.shutdown()
         self.server.server_close()

@@ -82,7 +82,7 @@ class TensorBoardWriter:
         self._written_step = self.state.steps_total
         self._write({f"{SUBDIR}/step/{k}": v for k, v in values.items()}, self.state.steps_total, self.state.now)
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> None:
         """The last sample at the final step count, so the step axis ends where training did."""
         if self.state.sample is not None and self._written_step != self.state.steps_total:
             self._write_step(metrics(self.state.sample))

@@ -80,7 +80,7 @@ class LiveView:
         if self.live is not None:
             self.live.update(self.render())
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> None:
         if self.live is not None:
             self.live.stop()
 

@@ -14,12 +14,13 @@ import os
 import sys
 import threading
 import warnings
+from collections.abc import Sequence
 
 from tensorgauge.hook import install as install_hook
 from tensorgauge.hook.channel import Channel, process_cpu_seconds, set_channel
 from tensorgauge.hook.protocol import DIAGNOSE_ENV, diagnosis_mode
 from tensorgauge.monitoring.limits import check_interval
-from tensorgauge.monitoring.monitor import Sources
+from tensorgauge.monitoring.monitor import EXPORTER_CLOSE_SECONDS, Exporter, Sources
 from tensorgauge.monitoring.recording import Recording, new_record, new_run_id
 from tensorgauge.monitoring.run_files import RunFiles
 from tensorgauge.monitoring.sampler import Sampler
@@ -30,8 +31,12 @@ class monitor:
     """``with tensorgauge.monitor(name="nb") as run: model.fit(...)``; then ``run.run_id``."""
 
     def __init__(self, name: str | None = None, store: str | None = None, interval_seconds: float = 0.1,
-                 sources: Sources | None = None, parent_run_id: str | None = None):
+                 sources: Sources | None = None, parent_run_id: str | None = None,
+                 exporters: Sequence[Exporter] = ()):
+        """``exporters``: outputs of the live run (:class:`~.monitor.Exporter`; e.g.
+        :class:`tensorgauge.testing.InMemoryExporter`), started with it and closed at its end."""
         self.name, self.store_path, self.parent_run_id = name, store, parent_run_id
+        self.exporters = list(exporters)
         self.interval_seconds = check_interval(interval_seconds, "interval_seconds")
         self.sources = sources or Sources()
         self.run_id: str | None = None
@@ -50,12 +55,15 @@ class monitor:
                             interval_seconds=self.interval_seconds, env={"host": self.sources.host()},
                             diagnosis=diagnosis_mode(os.environ.get(DIAGNOSE_ENV)) or "in-process", parent_run_id=self.parent_run_id)
         self._recording = Recording(self._store, record, clock)  # the job's thread never waits on the store
+        for exporter in self.exporters:
+            exporter.start(record)
         tree, _ = self.sources.watch_tree(os.getpid(), self.run_id, None)
         first = tree.read()
         self._gpus = self.sources.open_gpus()
         loop = self._recording.monitor(Sampler(tree, self.sources.system, self._gpus, clock, self._t0,
                                                cpu_baseline=first.cpu_seconds if first else 0.0),
-                                       self._files.events, self.interval_seconds, report=self._warn)
+                                       self._files.events, self.interval_seconds, report=self._warn,
+                                       observers=self.exporters)
         install_hook()
         self._thread = threading.Thread(target=loop.run, args=(self._stop.wait,), name="tensorgauge-monitor",
                                         daemon=True)
@@ -71,15 +79,19 @@ class monitor:
         self._thread.join()  # the loop ends with its last, forced tick
         recording = self._recording
         record = recording.record
-        record.wall_seconds = self.sources.clock.now() - self._t0
-        record.cpu_seconds_total = process_cpu_seconds() - self._cpu0
         record.exit_code = 0 if exc_type is None else 1
         try:
-            recording.settle()
+            stored = recording.conclude(self.sources.clock.now() - self._t0, process_cpu_seconds() - self._cpu0)
             record.complete = recording.loop is None or recording.loop.warning is None  # else samples are missing
-            if not recording.finish():
-                self._warn(f"the run's end was not stored ({recording.writer.state.error})")
+            problem = recording.close_out(stored)
+            if problem:
+                self._warn(problem)
         finally:
+            for exporter in self.exporters:
+                try:
+                    exporter.close(EXPORTER_CLOSE_SECONDS)
+                except Exception as error:  # an output's failure must not fail the job's code
+                    self._warn(f"{type(exporter).__name__} failed to close: {type(error).__name__}: {error}")
             self._store.close()
             self._gpus.close()
             set_channel(self._old_channel)

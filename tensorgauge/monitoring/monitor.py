@@ -30,13 +30,18 @@ class Observer(Protocol):
 
 
 class Exporter(Observer, Protocol):
-    """An output of the live run (Prometheus, TensorBoard, the live view, whatever comes next): started
-    with the run's record, shown each sample, closed however the run ends. What it shows of a sample
-    comes from :func:`tensorgauge.model.shown_metrics`, so a new sampled metric needs no change in it."""
+    """An output of the live run (Prometheus, TensorBoard, OpenTelemetry, the live view, whatever comes
+    next; declared in :mod:`tensorgauge.live.exporters`): started with the run's record, shown each
+    sample, closed however the run ends, within ``timeout`` seconds (None: its own bound). What it shows
+    of a sample comes from :func:`tensorgauge.model.shown_metrics`, so a new sampled metric needs no
+    change in it.
+
+    Optional: ``conclude(report)``, given the analysed run (the ``tensorgauge.run/1`` document) before
+    it is closed, and ``dropped``, how many of its exports were lost (said at the run's end)."""
 
     def start(self, record: RunRecord) -> None: ...
 
-    def close(self) -> None: ...
+    def close(self, timeout: float | None = None) -> None: ...
 
 
 class EventSource(Protocol):
@@ -46,6 +51,7 @@ class EventSource(Protocol):
     def read_new(self, everything: bool = False) -> list[dict]: ...
 
 
+EXPORTER_CLOSE_SECONDS = 5.0  # what closing one exporter may take at the run's end (a Collector gone: no hang)
 FINAL_READS = 128  # the last tick reads at most this many more chunks of events (8 MiB of 64 KiB)
 
 

@@ -12,15 +12,15 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
+from tensorgauge.errors import TensorgaugeError
 from tensorgauge.model import RunRecord
 from tensorgauge.monitoring.monitor import EventSource, Monitor
+from tensorgauge.monitoring.options import STORE_WAIT_SECONDS
 from tensorgauge.monitoring.recorder import Recorder
 from tensorgauge.monitoring.sampler import Sampler
 from tensorgauge.monitoring.writer import StoreWriter
 from tensorgauge.sources import Clock
 from tensorgauge.store import Store
-
-STORE_WAIT_SECONDS = 120.0  # how long the end of a run waits for a locked or busy store
 
 
 def new_run_id() -> str:
@@ -82,6 +82,32 @@ class Recording:
         record.events_skipped = self.recorder.events_skipped + getattr(events, "skipped", 0) or None
         record.events_dropped = self.recorder.events_dropped or None
         return stored
+
+    def conclude(self, wall_seconds: float, cpu_seconds: float, wait_seconds: float = STORE_WAIT_SECONDS) -> bool:
+        """The end of the run filled in, the same for ``run`` and ``monitor()``: the store given up to
+        ``wait_seconds`` (True if it took everything), the recording's figures, the run's wall and CPU time."""
+        stored = self.settle(wait_seconds)
+        self.record.wall_seconds = wall_seconds
+        self.record.cpu_seconds_total = cpu_seconds
+        return stored
+
+    def close_out(self, stored: bool, wait_seconds: float = STORE_WAIT_SECONDS) -> str | None:
+        """The record saved, the writer closed; what the user must hear about the recording, or None:
+        the run was removed while it was recorded (what was written since is deleted), or the store
+        did not take everything. ``stored``: what :meth:`conclude` returned."""
+        writer = self.writer
+        stored = self.finish(wait_seconds) and stored and not writer.state.samples_lost
+        if writer.removed:
+            try:  # what was written between the removal and the writer seeing it
+                writer.store.delete_run(self.record.run_id)
+            except TensorgaugeError:
+                pass
+            return "the run was removed (tensorgauge rm) while it was recorded: nothing more was stored"
+        if not stored and (self.loop is None or self.loop.warning is None):
+            taken = self.loop.samples_taken if self.loop else 0
+            return (f"the store did not take everything ({writer.state.error}); "
+                    f"{writer.state.samples_lost} of {taken} samples were lost")
+        return None
 
     def finish(self, wait_seconds: float = STORE_WAIT_SECONDS) -> bool:
         """The record saved, the writer closed: True if the store took what was left within ``wait_seconds``."""

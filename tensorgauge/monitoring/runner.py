@@ -12,6 +12,7 @@ guardian process stops the job's tree if the monitor is killed
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shlex
 import shutil
@@ -31,15 +32,9 @@ from tensorgauge.monitoring.budget import BudgetWatch, kill_tree
 from tensorgauge.monitoring.guard import Guard
 from tensorgauge.monitoring.job_output import JobOutput
 from tensorgauge.monitoring.limits import Budget, check_interval
-from tensorgauge.monitoring.monitor import Observer, Sources
-from tensorgauge.monitoring.recording import (
-    STORE_WAIT_SECONDS,
-    Recording,
-    new_record,
-    new_run_id,
-    now_iso,
-    working_folder,
-)
+from tensorgauge.monitoring.monitor import Monitor, Observer, Sources
+from tensorgauge.monitoring.options import STOP_GRACE_SECONDS, RunOptions
+from tensorgauge.monitoring.recording import Recording, new_record, new_run_id, now_iso, working_folder
 from tensorgauge.monitoring.run_files import RunFiles, SpaceWatch
 from tensorgauge.monitoring.sampler import Sampler
 from tensorgauge.own_process import without_own
@@ -54,7 +49,6 @@ HOOK_SITE_DIR = Path(__file__).parent.parent / "hook" / "_site"
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _WAKE_SIGNALS = (signal.SIGCHLD, *_FORWARDED_SIGNALS)
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # passed on, then followed by SIGKILL once the grace period is over
-STOP_GRACE_SECONDS = 10.0  # after a SIGTERM or SIGINT passed on, the job's tree is killed if it still runs (docker's)
 _OWN_PROCESS_GROUP: dict = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
 
 
@@ -106,25 +100,18 @@ def job_environment(events_path: str | None, run_id: str, hook: bool, base: dict
     return env
 
 
-def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name: str | None = None,
-        hook: bool = True, on_start: Callable[[RunRecord], None] | None = None,
-        budget: Budget | None = None, checkpoint_dir: str | None = None, diagnose: str | bool = "auto",
-        extra_env: dict[str, str] | None = None, observers: Sequence[Observer] = (),
-        job: str | None = None, sources: Sources | None = None,
-        report: Callable[[str], None] | None = None, keep_job_on_failure: bool = False,
-        store_wait_seconds: float = STORE_WAIT_SECONDS, stop_grace_seconds: float = STOP_GRACE_SECONDS,
-        parent_run_id: str | None = None, output: JobOutput | None = None) -> RunResult:
-    """Run ``command`` to its end under the monitor and record it in ``store``.
+def run(command: list[str], store: Store, options: RunOptions | None = None, *,
+        on_start: Callable[[RunRecord], None] | None = None, budget: Budget | None = None,
+        checkpoint_dir: str | None = None, observers: Sequence[Observer] = (), sources: Sources | None = None,
+        report: Callable[[str], None] | None = None, output: JobOutput | None = None, **fields: Any) -> RunResult:
+    """Run ``command`` to its end under the monitor and record it in ``store``, as ``options`` say
+    (:class:`~.options.RunOptions`; its fields may also be given as keywords, e.g. ``name=``).
 
     With a ``budget``, the job is kept inside it (see :mod:`tensorgauge.monitoring.budget`);
-    ``checkpoint_dir`` is where a graceful stop leaves a resumable checkpoint; ``diagnose``: the
-    input split measured within its cost bound ("auto"), unbounded ("always" or True), or not at
-    all ("" or False; see :mod:`tensorgauge.hook.input_window`); ``observers``
-    see every sample and event as it is recorded (live view, TensorBoard, Prometheus);
-    ``job`` groups the workers of one distributed job (else taken from ``TF_CONFIG``);
+    ``checkpoint_dir`` is where a graceful stop leaves a resumable checkpoint; ``observers``
+    see every sample and event as it is recorded (live view, TensorBoard, Prometheus, OpenTelemetry);
     ``sources``: where readings come from (the real ones by default); ``report``: where
-    a problem of the monitor's own (an observer failing, a store that fails) is told; ``parent_run_id``:
-    the run this one is a trial of (``runs`` lists it under that one).
+    a problem of the monitor's own (an observer failing, a store that fails) is told.
 
     The job runs in a process group of its own; signals sent to the monitor go to the
     whole group and every process of its cgroup (a ``setsid`` child left the group), each followed
@@ -135,36 +122,63 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
     own: a locked or slow store never holds the loop up; ``store_wait_seconds`` is how long the end of
     the run waits for it. With ``output``, the job writes to its pseudo-terminal instead of the monitor's
     terminal (``run --live``: :mod:`.job_output`), read until the job's end."""
+    options = dataclasses.replace(options or RunOptions(), **fields)
+    job = _start(command, options, sources or Sources(), budget, checkpoint_dir, report, output)
+    _watch(job, store, options, on_start, observers, report, output)
+    return _conclude(job, store, options, report)
+
+
+@dataclass
+class _Run:
+    """One run between its three steps: what :func:`_start` made, what :func:`_watch` saw."""
+
+    command: list[str]
+    run_id: str
+    env: dict[str, str]
+    mode: str
+    files: RunFiles
+    sources: Sources
+    process: JobProcess
+    watch: BudgetWatch | None
+    group: Any
+    was_subreaper: bool | None
+    cwd: str | None
+    tree: Any = None
+    paths: Any = None
+    oom_before: int | None = None
+    recording: Recording | None = None
+    monitor: Monitor | None = None
+    end: float = 0.0
+
+
+def _start(command: list[str], options: RunOptions, sources: Sources, budget: Budget | None,
+           checkpoint_dir: str | None, report: Callable[[str], None] | None, output: JobOutput | None) -> _Run:
+    """The job started: its environment, its cgroup (with its caps) and its guardian made before it."""
     command = resolve_command(command)
-    interval_seconds = check_interval(interval_seconds, "interval_seconds")
-    sources = sources or Sources()
-    clock = sources.clock
+    check_interval(options.interval_seconds, "interval_seconds")
     run_id = new_run_id()
     files = RunFiles(run_id)
-    env = job_environment(files.events_path, run_id, hook)
-    mode = ("always" if diagnose else "") if isinstance(diagnose, bool) else diagnose
-    if mode not in ("auto", "always", ""):
-        raise ValueError(f"diagnose must be 'auto', 'always' or '', not {diagnose!r}")
+    env = job_environment(files.events_path, run_id, options.hook)
+    mode = options.diagnosis_mode()
     env[DIAGNOSE_ENV] = mode or "off"  # set either way: a job without it was not started by run (see eager_probe)
-    env.update(extra_env or {})
+    env.update(options.extra_env or {})
     watch = None
     if budget is not None and not budget.empty:
         watch = BudgetWatch(budget, files.stop_path, checkpoint_dir)
         env.update(watch.environment())
     cwd = working_folder()
-
-    # The job's cgroup (with its caps) and its guardian exist before the job does; the job places itself
-    # in the cgroup before its first instruction (see _placed): nothing it forks can start outside.
+    # The job places itself in the cgroup before its first instruction (see _placed): nothing it forks
+    # can start outside.
     group = sources.make_cgroup(run_id, not os.environ.get(NO_CGROUP_ENV))
     if watch:
         watch.limit_cgroup(group)
     was_subreaper = subreaper()
     set_subreaper(True)  # the job's orphans (a daemon's double fork) stay ours to watch, stop and reap
     try:
-        job_process = JobProcess.start(command, env, group, files.directory, clock, stop_grace_seconds,
-                                       guarded=not keep_job_on_failure, report=report,
-                                       inherited=watch.inherited() if watch else contextlib.nullcontext(),
-                                       output=output)
+        process = JobProcess.start(command, env, group, files.directory, sources.clock, options.stop_grace_seconds,
+                                   guarded=not options.keep_job_on_failure, report=report,
+                                   inherited=watch.inherited() if watch else contextlib.nullcontext(),
+                                   output=output)
     except OSError as exc:
         if output is not None:
             output.close()
@@ -174,67 +188,80 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
         if was_subreaper is False:
             set_subreaper(False)
         raise TensorgaugeError(f"cannot start {command[0]}: {exc.strerror}") from None
-    child, ended, t0, started_at = job_process.child, job_process.ended, job_process.t0, job_process.started_at
-    gpus = None
-    adopted: Adopted | None = None
+    return _Run(command, run_id, env, mode, files, sources, process, watch, group, was_subreaper, cwd)
+
+
+def _watch(job: _Run, store: Store, options: RunOptions, on_start: Callable[[RunRecord], None] | None,
+           observers: Sequence[Observer], report: Callable[[str], None] | None, output: JobOutput | None) -> None:
+    """The job watched to its end: its tree, its record, the monitor loop; then its leftovers released."""
+    ended, sources, gpus, adopted = job.process.ended, job.sources, None, None
     try:
-        tree, group = sources.watch_tree(child.pid, run_id, group)
-        adopted = getattr(tree, "adopted", None)
-        ended.group, ended.adopted = group, adopted
-        if watch:
-            watch.apply_started(child.pid)
-        paths = cgroup.cgroup_paths(child.pid)  # read now: /proc/PID goes with the job
-        oom_before = group.oom_kills() if group else cgroup.oom_kill_count(paths)
+        job.tree, job.group = sources.watch_tree(job.process.child.pid, job.run_id, job.group)
+        adopted = getattr(job.tree, "adopted", None)
+        ended.group, ended.adopted = job.group, adopted
+        if job.watch:
+            job.watch.apply_started(job.process.child.pid)
+        job.paths = cgroup.cgroup_paths(job.process.child.pid)  # read now: /proc/PID goes with the job
+        job.oom_before = job.group.oom_kills() if job.group else cgroup.oom_kill_count(job.paths)
         gpus = sources.open_gpus()
-        job_id, worker = worker_identity(env, job)
-        # "gpus": what the driver shows, whatever TensorFlow sees.
-        record = new_record(run_id, command, t0, started_at=started_at, cwd=cwd, name=name,
-                            interval_seconds=interval_seconds, tree_source="cgroup" if group else "procfs",
-                            job_id=job_id, diagnosis=mode or "off", parent_run_id=parent_run_id,
-                            env={"host": {**sources.host(), "gpus": gpus.names},
-                                                **({"worker": worker} if worker else {})})
-        recording = Recording(store, record, clock)
+        job.recording = Recording(store, _new_record(job, options, gpus.names), sources.clock)
         if on_start:
-            on_start(record)
-        space = [SpaceWatch(files.directory, report)] if report else []
-        monitor = recording.monitor(Sampler(tree, sources.system, gpus, clock, t0), files.events,
-                                    interval_seconds, report=report, watch=watch,
-                                    kill=lambda: _kill_tree(child.pid, group, adopted),
-                                    observers=[*observers, *space])
-        monitor.run(ended.wait)
-        end = monitor.ended_at or clock.now()  # the job's end, not the last events' reading after it
+            on_start(job.recording.record)
+        space = [SpaceWatch(job.files.directory, report)] if report else []
+        child, group = job.process.child, job.group
+        job.monitor = job.recording.monitor(Sampler(job.tree, sources.system, gpus, sources.clock, job.process.t0),
+                                            job.files.events, options.interval_seconds, report=report,
+                                            watch=job.watch, kill=lambda: _kill_tree(child.pid, group, adopted),
+                                            observers=[*observers, *space])
+        job.monitor.run(ended.wait)
+        job.end = job.monitor.ended_at or sources.clock.now()  # the job's end, not the last events' reading
     except BaseException:
         # Our failure after the job started (a bug, a closed terminal, Ctrl-C twice): never an orphan.
-        if not keep_job_on_failure and ended.status is None:
+        if not options.keep_job_on_failure and ended.status is None:
             _stop_tree(ended)
         raise
     finally:
         if gpus is not None:
             gpus.close()
-        job_process.release(keep=keep_job_on_failure)
+        job.process.release(keep=options.keep_job_on_failure)
         if output is not None:  # all the job wrote, printed before anything of the monitor's own
             output.close()
         if adopted is not None:  # under a budget, what the job left running is stopped: nothing would watch it
-            _end_orphans(adopted, stop=watch is not None and watch.budget.max_memory_bytes is not None)
-        if was_subreaper is False:
+            _end_orphans(adopted, stop=job.watch is not None and job.watch.budget.max_memory_bytes is not None)
+        if job.was_subreaper is False:
             set_subreaper(False)
-        files.remove()
-    oom_after = group.oom_kills() if group else cgroup.oom_kill_count(paths)
+        job.files.remove()
+
+
+def _new_record(job: _Run, options: RunOptions, gpu_names: list[str]) -> RunRecord:
+    job_id, worker = worker_identity(job.env, options.job)
+    # "gpus": what the driver shows, whatever TensorFlow sees.
+    return new_record(job.run_id, job.command, job.process.t0, started_at=job.process.started_at, cwd=job.cwd,
+                      name=options.name, interval_seconds=options.interval_seconds,
+                      tree_source="cgroup" if job.group else "procfs", job_id=job_id, diagnosis=job.mode or "off",
+                      parent_run_id=options.parent_run_id,
+                      env={"host": {**job.sources.host(), "gpus": gpu_names}, **({"worker": worker} if worker else {})})
+
+
+def _conclude(job: _Run, store: Store, options: RunOptions, report: Callable[[str], None] | None) -> RunResult:
+    """The run's end filled in (exit, CPU, OOM, budget) and stored; what went wrong with recording told."""
+    group, recording, monitor = job.group, job.recording, job.monitor
+    assert recording is not None and monitor is not None  # _watch made them or raised
+    oom_after = group.oom_kills() if group else cgroup.oom_kill_count(job.paths)
     # The cgroup also counts children the job left running (rusage only has waited-for ones).
-    group_cpu = (group.cpu_seconds() or 0.0) + getattr(tree, "cpu_before_seconds", 0.0) if group else 0.0
+    group_cpu = (group.cpu_seconds() or 0.0) + getattr(job.tree, "cpu_before_seconds", 0.0) if group else 0.0
     if group:
         group.remove()  # fails, harmlessly, while a daemon the job left behind lives on
-
-    status, rusage = ended.status, ended.rusage
+    status, rusage = job.process.ended.status, job.process.ended.rusage
     assert status is not None  # reaped above
-    stored_all = recording.settle(store_wait_seconds)
-    record.wall_seconds = end - t0
-    record.cpu_seconds_total = max(rusage.ru_utime + rusage.ru_stime, group_cpu)
+    record = recording.record
+    stored_all = recording.conclude(job.end - job.process.t0, max(rusage.ru_utime + rusage.ru_stime, group_cpu),
+                                    options.store_wait_seconds)
     record.rss_max_bytes = rusage.ru_maxrss * 1024  # Linux reports KiB
     record.complete = True
     # The kernel's OOM killer, not the watchdog: a kill the budget watch made is its own (said in the budget).
-    oom_kills = (oom_before is not None and oom_after is not None and oom_after > oom_before
-                 and (watch is None or watch.killed_at is None))
+    oom_kills = (job.oom_before is not None and oom_after is not None and oom_after > job.oom_before
+                 and (job.watch is None or job.watch.killed_at is None))
     if os.WIFSIGNALED(status):
         record.signal = os.WTERMSIG(status)
         exit_code = 128 + record.signal
@@ -245,43 +272,35 @@ def run(command: list[str], store: Store, *, interval_seconds: float = 0.1, name
         # In the job's own cgroup, a kill counted is one of its processes (a wrapper's child) even when
         # the wrapper itself went on to exit normally.
         record.oom_killed = bool(group) and oom_kills
-    if watch:
-        seen = recording.recorder.seen
-        stops = [e for e in seen if e.kind == Kind.BUDGET_STOP]
-        failed = [e for e in seen if e.kind == Kind.BUDGET_CHECKPOINT_FAILED]
-        gpu = [e.data for e in seen if e.kind == Kind.BUDGET_GPU_MEMORY]
-        left = getattr(tree, "left_cgroup", None)
-        record.budget = watch.result(record.signal, record.exit_code, record.oom_killed,
-                                     stops[-1].data.get("checkpoint") if stops and not failed else None,
-                                     {"gpus": gpu[-1].get("gpus"), "error": gpu[-1].get("error")} if gpu else None,
-                                     hook_stopped=bool(stops), processes=getattr(tree, "processes", list)(),
-                                     memory_counted=getattr(tree, "memory_counted", None),
-                                     left_cgroup={"pid": left["pid"], "name": left["name"],
-                                                  "t": round(left["at"] - t0, 3)} if left else None)
-        resumed = [e.data for e in seen if e.kind == Kind.BUDGET_RESUME]
-        if resumed:  # where this run took up a budget stop's training again
-            record.budget["resumed"] = {key: resumed[0].get(key) for key in ("checkpoint", "epoch", "step", "steps",
-                                                                             "text")}
-        if record.wall_seconds:  # what the job really used, to hold against a CPU budget
-            record.budget["cores_busy_mean"] = round(record.cpu_seconds_total / record.wall_seconds, 3)
-    writer = recording.writer
-    stored_all = recording.finish(store_wait_seconds) and stored_all and not writer.state.samples_lost
-    warning = monitor.warning
-    if writer.removed:
-        warning = "the run was removed (tensorgauge rm) while it was recorded: nothing more was stored"
-        try:  # what was written between the removal and the writer seeing it
-            store.delete_run(run_id)
-        except TensorgaugeError:
-            pass
-        if report:
-            report(warning)
-    elif not stored_all and warning is None:
-        warning = (f"the store did not take everything ({writer.state.error}); "
-                   f"{writer.state.samples_lost} of {monitor.samples_taken} samples were lost")
-        if report:
-            report(warning)
+    if job.watch:
+        record.budget = _budget_result(job, record, recording.recorder.seen)
+    warning = recording.close_out(stored_all, options.store_wait_seconds) or monitor.warning
+    if warning and warning != monitor.warning and report:
+        report(warning)
     return RunResult(record=record, exit_code=exit_code, warning=warning, rss_peak_bytes=monitor.rss_peak_bytes,
                      phases=recording.recorder.phases_begun)
+
+
+def _budget_result(job: _Run, record: RunRecord, seen: list) -> dict:
+    """What the budget did, from the watch and the hook's budget events."""
+    assert job.watch is not None
+    stops = [e for e in seen if e.kind == Kind.BUDGET_STOP]
+    failed = [e for e in seen if e.kind == Kind.BUDGET_CHECKPOINT_FAILED]
+    gpu = [e.data for e in seen if e.kind == Kind.BUDGET_GPU_MEMORY]
+    left = getattr(job.tree, "left_cgroup", None)
+    result = job.watch.result(record.signal, record.exit_code, record.oom_killed,
+                              stops[-1].data.get("checkpoint") if stops and not failed else None,
+                              {"gpus": gpu[-1].get("gpus"), "error": gpu[-1].get("error")} if gpu else None,
+                              hook_stopped=bool(stops), processes=getattr(job.tree, "processes", list)(),
+                              memory_counted=getattr(job.tree, "memory_counted", None),
+                              left_cgroup={"pid": left["pid"], "name": left["name"],
+                                           "t": round(left["at"] - job.process.t0, 3)} if left else None)
+    resumed = [e.data for e in seen if e.kind == Kind.BUDGET_RESUME]
+    if resumed:  # where this run took up a budget stop's training again
+        result["resumed"] = {key: resumed[0].get(key) for key in ("checkpoint", "epoch", "step", "steps", "text")}
+    if record.wall_seconds:  # what the job really used, to hold against a CPU budget
+        result["cores_busy_mean"] = round((record.cpu_seconds_total or 0.0) / record.wall_seconds, 3)
+    return result
 
 
 def _kill_tree(pid: int, group, adopted: Adopted | None = None) -> None:

@@ -11,11 +11,11 @@ from tensorgauge.analyse.memory_breakdown import describe as describe_memory
 from tensorgauge.analyse.run_list import Listing
 from tensorgauge.analyse.run_report import RunReport
 from tensorgauge.hook.protocol import Kind
-from tensorgauge.model import Event, Finding, Phase, RunRecord, Sample
+from tensorgauge.model import Event, Finding, Phase, RunRecord, Sample, shown_metrics
 from tensorgauge.render.phase_columns import phase_columns
 from tensorgauge.render.text import safe, sampled_figures
 from tensorgauge.render.verdict import account_lines, input_line, wall_seconds
-from tensorgauge.units import format_bytes, format_seconds
+from tensorgauge.units import format_bytes, format_quantity, format_seconds
 
 ON_THE_CPU_AND_MEMORY_LINES = ("cores_busy", "rss_bytes", "threads", "processes")  # shown on their own
 
@@ -397,7 +397,9 @@ def render_window(console: Console, report: RunReport, samples: list[Sample], st
         return
     gpus = any(s.gpus for s in samples)
     table = Table(box=None, header_style="bold")
-    columns = ["t (s)", "cores busy", "CPU-s", "RSS", "threads"] + (["GPU util", "GPU mem"] if gpus else []) \
+    # Every shown sampled metric (model.shown_metrics) that this stretch has a reading of.
+    metrics = [m for m in shown_metrics() if any(getattr(s, m.name) is not None for s in samples)]
+    columns = ["t (s)", "CPU-s"] + [m.label for m in metrics] + (["GPU util", "GPU mem"] if gpus else []) \
         + ["phase"]
     for column in columns:
         table.add_column(column, justify="left" if column == "phase" else "right", no_wrap=True)
@@ -405,8 +407,7 @@ def render_window(console: Console, report: RunReport, samples: list[Sample], st
     for s in samples:
         inside = [p for p in phases if p.start <= s.t <= p.end]
         phase = max(inside, key=lambda p: p.start).name if inside else ""
-        row = [f"{s.t:.3f}", f"{s.cores_busy:.2f}" if s.cores_busy is not None else "-", f"{s.cpu_seconds:.2f}",
-               format_bytes(s.rss_bytes), str(s.threads)]
+        row = [f"{s.t:.3f}", f"{s.cpu_seconds:.2f}"] + [format_quantity(getattr(s, m.name), m.unit) for m in metrics]
         if gpus:
             util = [g.util_percent for g in s.gpus if g.util_percent is not None]
             memory = [g.memory_used_bytes for g in s.gpus if g.memory_used_bytes is not None]

@@ -6,6 +6,7 @@ from tensorgauge.analyse import diagnose as d
 from tensorgauge.analyse import epoch_starts, input_rules, pauses
 from tensorgauge.analyse import input_split as split
 from tensorgauge.analyse.rule_docs.base import RuleDoc, pct
+from tensorgauge.analyse.rules import idle_explainers
 from tensorgauge.hook.protocol import (
     INPUT_HIGH,
     INPUT_MODERATE,
@@ -269,7 +270,7 @@ DOCS = (
         thresholds=(
             f"moderate: the fit (of a second or more) keeps under {pct(d.IDLE)} of the allowed cores busy, with "
             "the machine's other work on them counted",
-            "none when any of these explains it: " + ", ".join(f"`{i}`" for i in d.PERFORMANCE_EXPLAINERS),
+            "none when any of these explains it: " + ", ".join(f"`{i}`" for i in idle_explainers()),
             "none when the input split was not measured (the input may be the cause): `idle_cause_unknown` "
             "says so instead",
         ),
@@ -291,7 +292,7 @@ DOCS = (
         thresholds=(
             f"low: the fit (of a second or more) keeps under {pct(d.IDLE)} of the allowed cores busy, the input "
             "split was not measured, and none of these explains it: "
-            + ", ".join(f"`{i}`" for i in d.PERFORMANCE_EXPLAINERS),
+            + ", ".join(f"`{i}`" for i in idle_explainers()),
         ),
         fix="Measure the input: `tensorgauge run --diagnose` runs the input A/B whatever it costs.",
         check="`tensorgauge run --diagnose -- python train.py`, then `tensorgauge show last`: the `input` line "
