@@ -239,7 +239,7 @@ def test_stalls_at_epoch_starts_and_mid_epoch():
     assert [(x["epoch"], x["seconds"]) for x in one.evidence["stalls"]] == [("epoch 3", 1.5)]
     # Mid-epoch pauses only: the other advice.
     mid = stalls(replace(fit_phase, end=13.2), epochs, digests[:2])
-    assert mid.evidence["count"] == 1 and "callbacks" in mid.fix and mid.severity == "moderate"  # 1.2 s of 13.2 s
+    assert mid.evidence["count"] == 1 and "callbacks" in mid.fix and mid.severity == "low"  # one pause: no pattern
     # One outlier does not grade the stalls: a 9 s pause among three of 1.2 s in a 21.6 s fit is not high
     # (12.6 s lost, 58%), as the 3.6 s of the others (17%) say.
     outlier = stalls(replace(fit_phase, end=21.6), epochs, [digest([0.8] + [0.01] * 100, start=0.0),
@@ -336,11 +336,9 @@ def test_a_pause_after_the_last_step_before_fit_returns_is_a_stall_and_not_idle_
     assert found.evidence["stalls"] == [{"t": 6.0, "seconds": 19.0, "epoch": "fit", "at_epoch_start": False,
                                         "after_last_step": True}]
     assert found.title.endswith("after its last step, before fit returned at 6.0 s") and "on_train_end" in found.fix
-    assert found.severity == "moderate"  # 19 s: on_train_end's work, or a teardown worth looking at
-    # 1.1 s after the last step of a 7 s fit (the healthy demo beside another job): once per fit() call, low.
-    short_fit = Phase(name="fit", kind="fit", start=0.0, end=6.1, step_seconds_p50=0.01, steps=500)
-    teardown = stalls(short_fit, [Phase(name="epoch 1", kind="epoch", start=0.0, end=5.0, parent=0)], [d])
-    assert teardown.evidence["count"] == 1 and teardown.severity == "low"
+    # A single pause is low however long (76% of the fit here): one pause is no pattern, and TensorFlow's
+    # teardown pauses come and go from run to run; the title still gives its seconds and share.
+    assert found.severity == "low" and "19.0 s" in found.title
     # A step that spans a validation pass (the last of an epoch, timed to the next) is not a pause.
     spanning = digest([0.01] * 100 + [4.0] + [0.01] * 100, start=0.0)  # a 4 s step ending at 5.0 s
     fit_span = Phase(name="fit", kind="fit", start=0.0, end=6.0, step_seconds_p50=0.01, steps=201)

@@ -322,9 +322,8 @@ DOCS = (
             f"low: at least {pauses.STALL_MIN_LOST_SECONDS:g} s lost in all",
             f"moderate: at least {pct(pauses.STALL_MODERATE_SHARE)} of the fit lost; high: at least "
             f"{pct(pauses.STALL_HIGH_SHARE)}; both counted without the longest pause (one outlier does not "
-            "grade them), and a single pause is at most moderate",
-            f"a lone pause after the last step of at most {pauses.FIT_END_LOW_SECONDS:g} s is low: it is paid once "
-            "per fit() call, however long the fit",
+            "grade them), and a single pause is low: TensorFlow's iterator teardown pauses at random, and a "
+            "warning that comes and goes from run to run of the same program says nothing about it",
             f"pauses at under {pauses.IDLE_CORES:g} cores busy, in a fit on an autotuned tf.data pipeline that "
             "runs no Python of the job's, get the fix of turning autotuning off",
         ),
