@@ -102,11 +102,16 @@ def progress_printer() -> Callable[[str], None]:
     return lambda line: err.print(f"[dim]tensorgauge: {line}[/dim]")
 
 
-def open_store(location: str | None, create: bool = True) -> Store:
+def open_store(location: str | None, create: bool = True, recording: bool = False) -> Store:
+    """``recording``: to record a run (a PostgreSQL server that does not answer is waited for, not fatal)."""
     from tensorgauge.render.text import plain
     from tensorgauge.store import Store
 
-    store = Store.open(location, create=create)
+    store = Store.open(location, create=create, recording=recording)
+    waiting = getattr(store, "ship_error", None)
+    if waiting:
+        tell(f"tensorgauge: note: {plain(waiting)}; the job runs, its data wait in {store.data_dir}/spool "
+             "and go to the store when it answers")
     def note(line: str) -> None:
         tell(f"tensorgauge: note: {plain(line)}")
 
