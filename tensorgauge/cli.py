@@ -66,13 +66,14 @@ def _dispatch(args: argparse.Namespace) -> int:
         "runs": lambda: module.runs(args.store, limit=args.limit, name=args.name, job=args.job, expand=args.expand),
         "show": lambda: module.show(args.store, args.run, args.json, args.start, args.end),
         "rm": lambda: module.rm(args.store, args.runs),
+        "prune": lambda: module.prune(args.store, args.older_than, args.job),
         "devices": lambda: module.devices(args.path, args.json, args.device, args.input_shape, args.logical_cpus),
         "env": lambda: module.env(args.json),
         "bench": lambda: module.bench(args.store, args.quick, args.output),
         "report": lambda: module.report(args.store, args.runs, args.output, args.start, args.end),
         "export": lambda: module.export(args.store, args.run, args.output),
         "import": lambda: module.import_bundle(args.store, args.file),
-        "compare": lambda: module.compare(args.store, args.a, args.b, args.json, args.job),
+        "compare": lambda: module.compare(args.store, args.a, args.b, args.json, args.job, args.all),
         "demo": lambda: module.demo(args.store, args.scenario, args.json),
         "check": lambda: module.check(args.store, args.run, args.against, args.max_slower, args.max_memory_growth,
                                       args.no_new_findings, args.format, args.output, args.json, args.config),
@@ -184,6 +185,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs", nargs="+", metavar="RUN")
     p.set_defaults(verb="rm")
 
+    p = sub.add_parser("prune", parents=[common], help="delete the runs older than an age (of one job with --job)")
+    p.add_argument("--older-than", required=True, metavar="AGE", help="30d, 12h, 2w or 90m (minutes)")
+    p.add_argument("--job", metavar="JOB", help="only the runs of this distributed job")
+    p.set_defaults(verb="prune")
+
     p = sub.add_parser("devices", help="where a saved model's weights and ops run",
                        description="Load a SavedModel directory, a .keras or a .h5 file in a subprocess; list its "
                                    "variables and the device of each, call it once on zeros and list where its "
@@ -241,6 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("b", metavar="B", nargs="?")
     p.add_argument("--job", metavar="JOB", help="instead of A and B: every worker of a distributed job, side by "
                                                 "side, and the straggler")
+    p.add_argument("--all", action="store_true", help="with --job: a line per worker, however many there are "
+                                                      "(by default, past 20 workers: their spread and the slowest)")
     p.add_argument("--json", nargs="?", const="-", metavar="PATH", help="the tensorgauge.compare/1 document")
     p.set_defaults(verb="compare")
 
