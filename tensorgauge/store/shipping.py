@@ -64,6 +64,7 @@ class Shipper:
         self.removed = False  # ... and it was removed there (tensorgauge rm): ship no more
         self.record_dirty = not created
         self.shipped_samples = 0
+        self.latencies: list[float] = []  # seconds each shipping transaction took (connecting included)
 
     def ship(self, store: Store) -> bool:
         """The oldest batches and the latest record in one transaction; True when more wait."""
@@ -72,8 +73,10 @@ class Shipper:
         batches = self.spool.pending(SHIP_BATCHES)
         dirty, self.record_dirty = self.record_dirty, False
         record = self.spool.record() if dirty else None
+        began = time.monotonic()
         try:
             last = self._commit(store, batches, record)
+            self.latencies.append(time.monotonic() - began)
         except BaseException:
             self.record_dirty = self.record_dirty or dirty
             raise
@@ -136,6 +139,10 @@ class SpooledStore(Store):
     @property
     def removed(self) -> bool:
         return bool(self.shipper and self.shipper.removed)
+
+    @property
+    def latencies(self) -> list[float]:
+        return self.shipper.latencies if self.shipper else []
 
     @property
     def where(self) -> str:
