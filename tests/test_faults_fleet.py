@@ -117,3 +117,37 @@ def test_a_wrong_password_fails_before_the_job_in_one_masked_line(server, tmp_pa
     assert err.count("\n") == 1 and "password authentication failed" in err
     assert "wrongpw5512" not in err and "***" in err
     assert not (tmp_path / "end-0").exists()  # the job never started
+
+
+def test_a_spool_left_by_a_dead_monitor_is_shipped_once_by_the_next_run(postgres_url, tmp_path):
+    """A monitor killed after the store committed a batch but before the spool dropped it: the next run into
+    the store from this machine ships the rest, and the committed batch is not stored twice."""
+    import psycopg
+
+    from tensorgauge.model import RunRecord, Sample
+    from tensorgauge.store.postgres import redact
+    from tensorgauge.store.runs import SAMPLE_COLUMNS, _row
+    from tensorgauge.store.spool import Spool, spool_folder
+
+    run_id = f"leftover-{time.monotonic_ns()}"
+    data = tmp_path / "data" / "tensorgauge"
+    spool = Spool(spool_folder(data) / f"{run_id}.db", redact(postgres_url), run_id)
+    for first in (0, 10):  # two batches of 10 samples
+        spool.append([_row(SAMPLE_COLUMNS, Sample(t=(first + i) / 10, cpu_seconds=0.0, cores_busy=0.0,
+                                                  rss_bytes=1, threads=1, processes=1)) for i in range(10)], [])
+    spool.set_record(RunRecord(run_id=run_id, command=["x"], started_at="2026-01-01T00:00:00+00:00").to_dict())
+    spool.close()
+    with Store.open(postgres_url) as store:
+        store.add(run_id, [Sample(t=i / 10, cpu_seconds=0.0, cores_busy=0.0, rss_bytes=1, threads=1, processes=1)
+                           for i in range(10)], [])
+    with psycopg.connect(postgres_url, autocommit=True) as admin:  # what the dead monitor's shipper committed
+        admin.execute("INSERT INTO tensorgauge_shipped VALUES (%s, 1)", (run_id,))
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"), "TENSORGAUGE_SHIP_SECONDS": "0.2",
+           "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "tensorgauge", "run", "-q", "--store", postgres_url, "--",
+                           sys.executable, "-c", "import time; time.sleep(2)"], env=env, timeout=60)
+    assert done.returncode == 0
+    with Store.open(postgres_url, create=False) as store:
+        assert [round(s.t, 1) for s in store.samples(run_id)] == [i / 10 for i in range(20)]
+        assert store.run(run_id).command == ["x"]
+    assert not (spool_folder(data) / f"{run_id}.db").exists()

@@ -136,3 +136,18 @@ def waiting_spools(data_dir: Path, store_location: str) -> list[tuple[str, Path,
         if meta.get("store") == store_location and (samples[1] or has_record):
             out.append((meta.get("run_id", path.stem), path, int(samples[0])))
     return out
+
+
+def waiting_lines(location: str, run_id: str | None = None) -> list[str]:
+    """What waits on this machine to reach the store at ``location`` (of one run with ``run_id``), one line
+    per run, for ``runs`` and ``show``."""
+    import socket
+
+    from tensorgauge.store.location import local_data_dir
+    from tensorgauge.store.postgres import redact
+
+    host = socket.gethostname()
+    return [f"run {rid}: {samples} samples wait to reach the store, in {host}:{path} (shipped by the next "
+            "'tensorgauge run' into this store from this machine)"
+            for rid, path, samples in waiting_spools(local_data_dir(), redact(location))
+            if run_id is None or rid.startswith(run_id)]
