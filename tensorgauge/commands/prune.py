@@ -10,6 +10,7 @@ from tensorgauge.commands._shared import open_store
 from tensorgauge.errors import TensorgaugeError
 
 UNITS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+LIVE_SECONDS = 30.0  # as rm's: an unfinished run that stored a sample this recently is still recording
 
 
 def parse_age_seconds(text: str) -> float:
@@ -21,8 +22,6 @@ def parse_age_seconds(text: str) -> float:
 
 
 def prune(store: str | None, older_than: str, job: str | None = None) -> int:
-    from tensorgauge.commands.rm import LIVE_SECONDS
-
     cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=parse_age_seconds(older_than))
     with open_store(store, create=False) as opened:
         doomed, kept = [], 0

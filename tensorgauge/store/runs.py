@@ -73,17 +73,12 @@ class Store:
         return bool(self.backend.read_only)
 
     @classmethod
-    def open(cls, location: str | os.PathLike | None = None, create: bool = True, recording: bool = False) -> Store:
+    def open(cls, location: str | os.PathLike | None = None, create: bool = True) -> Store:
         """Open (and create, if ``create``) the store; any problem is a :class:`StoreError`.
-        One thread at a time may use it (a monitor's writer thread while a run goes on). ``recording``: a
-        PostgreSQL store is written through a local spool, and its server's refusals never stop the job
-        (:mod:`.shipping`)."""
+        One thread at a time may use it (a monitor's writer thread while a run goes on). To record a run
+        into PostgreSQL, :func:`.shipping.open_for_recording`."""
         location = str(location) if location is not None else str(default_store_path())
         check_location(location)
-        if is_url(location) and recording:
-            from tensorgauge.store.shipping import open_for_recording
-
-            return open_for_recording(location)
         if is_url(location):
             return cls(PostgresBackend(location, create))
         return cls(SqliteBackend(Path(location).expanduser(), create))
