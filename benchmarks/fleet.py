@@ -110,8 +110,11 @@ def main() -> None:
     url = os.environ.get("TENSORGAUGE_BENCH_POSTGRES")
     if not url:
         sys.exit("set TENSORGAUGE_BENCH_POSTGRES to a postgresql:// URL (scripts/postgres-for-tests start)")
+    import tempfile
+
     import psycopg
 
+    os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="tg-fleet-")  # the workers' spools, not the user's
     job = f"fleet-{args.workers}-{int(time.time())}"
     with psycopg.connect(url, autocommit=True) as admin:
         size_before = admin.execute("SELECT pg_database_size(current_database())").fetchone()[0]

@@ -213,7 +213,10 @@ class SpooledStore(Store):
                 pause = self.ship_seconds
                 if not leftovers_done:
                     leftovers_done = True
-                    self._ship_leftovers()
+                    try:
+                        self._ship_leftovers()
+                    except Exception:  # noqa: BLE001 (another run's spool: never stop shipping this run's)
+                        pass
             except StoreError as exc:
                 self.ship_error = str(exc)
                 pause = min(RETRY_MAX_SECONDS, max(pause, 0.5) * 2)
@@ -241,9 +244,12 @@ def _lock_file(path: Path) -> bool:
     """Hold ``path`` locked (flock) for this process; False when another process holds it."""
     import fcntl
 
-    if path in _LOCKS:
-        return True
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    if path in _LOCKS:  # this process's own (another recording in it): not a leftover
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:  # shipped and removed meanwhile
+        return False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
