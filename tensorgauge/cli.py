@@ -22,6 +22,7 @@ from tensorgauge.commands import (
     explain,
     export,
     import_bundle,
+    prune,
     report,
     rm,
     run,
@@ -40,7 +41,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 # One module per verb, each declaring its name, help, flags (``add_arguments``) and entry (``main``).
-COMMANDS = (run, runs, show, rm, devices, env, bench, report, export, import_bundle, compare, check, baseline,
+COMMANDS = (run, runs, show, rm, prune, devices, env, bench, report, export, import_bundle, compare, check, baseline,
             explain, demo)
 
 

@@ -65,7 +65,7 @@ def test_eight_concurrent_runs_lose_no_sample(location):
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(8)]
     outputs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0] * 8, [err for _, err in outputs]
-    assert not any("warning" in err for _, err in outputs)
+    assert not any("warning" in err for _, err in outputs), [err for _, err in outputs]
     store = Store.open(location, create=False)
     runs = {r.name: r for r in store.runs() if (r.name or "").startswith("concurrent-")}
     newest = sorted(runs.values(), key=lambda r: r.started_at)[-8:]

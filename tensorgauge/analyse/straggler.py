@@ -113,3 +113,32 @@ def straggler(rows: list[WorkerRow]) -> Finding | None:
         evidence={"straggler": slow.worker, "run_id": slow.run_id, **evidence},
         fix=fixes[causes[0].split(":")[0]],
         expected_gain=f"up to {_ms(wait)} a step on every worker")
+
+
+@dataclass
+class Spread:
+    """How a fleet's workers spread around their median step time, and the slowest of them."""
+
+    workers: int
+    measured: int  # workers with a step time
+    step_seconds_median: float | None
+    step_seconds_p90: float | None
+    slowest: list[tuple[WorkerRow, float]]  # (worker, its step p50 over the median: 1.5 = 50% slower)
+
+    def to_dict(self) -> dict:
+        return {"workers": self.workers, "measured": self.measured, "step_seconds_median": self.step_seconds_median,
+                "step_seconds_p90": self.step_seconds_p90,
+                "slowest": [{"worker": w.worker, "run_id": w.run_id, "step_seconds_p50": w.step_seconds_p50,
+                             "over_median": round(r, 3)} for w, r in self.slowest]}
+
+
+def spread(rows: list[WorkerRow], slowest: int = 5) -> Spread:
+    """The median and 90th percentile of the workers' step times, and the ``slowest`` workers."""
+    timed = sorted((r for r in rows if r.step_seconds_p50), key=lambda r: r.step_seconds_p50 or 0.0, reverse=True)
+    if not timed:
+        return Spread(len(rows), 0, None, None, [])
+    steps = sorted(r.step_seconds_p50 or 0.0 for r in timed)
+    median = statistics.median(steps)
+    p90 = steps[min(len(steps) - 1, int(0.9 * len(steps)))]
+    return Spread(len(rows), len(timed), median, p90,
+                  [(r, (r.step_seconds_p50 or 0.0) / median if median else 1.0) for r in timed[:slowest]])

@@ -202,7 +202,7 @@ def _record(command: list[str], options: RecordOptions, budget, outputs: _Output
     output = _live_view(options, outputs, err)
     if options.checkpoint and budget is not None and budget.max_memory_bytes is not None:
         _check_checkpoint_dir(options.checkpoint)  # now (before anything is made), not when the budget fires
-    with open_store(options.store) as store:  # closed however the run ends
+    with open_store(options.store, recording=True) as store:  # closed however the run ends
         if store.read_only:  # before the job starts: every sample would be lost
             raise TensorgaugeError(f"cannot record into {safe(store.location)}: it is read-only (a read-only file, "
                                    "folder or mount); give a writable store with --store")

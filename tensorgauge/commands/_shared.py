@@ -102,11 +102,23 @@ def progress_printer() -> Callable[[str], None]:
     return lambda line: err.print(f"[dim]tensorgauge: {line}[/dim]")
 
 
-def open_store(location: str | None, create: bool = True) -> Store:
+def open_store(location: str | None, create: bool = True, recording: bool = False) -> Store:
+    """``recording``: to record a run (a PostgreSQL server that does not answer is waited for, not fatal)."""
     from tensorgauge.render.text import plain
-    from tensorgauge.store import Store
+    from tensorgauge.store import Store, default_store_path, is_url
 
-    store = Store.open(location, create=create)
+    if recording and is_url(str(location or default_store_path())):  # through a spool: never stops the job
+        from tensorgauge.store.location import check_location
+        from tensorgauge.store.shipping import open_for_recording
+
+        check_location(str(location or default_store_path()))
+        store: Store = open_for_recording(str(location or default_store_path()))
+    else:
+        store = Store.open(location, create=create)
+    waiting = getattr(store, "ship_error", None)
+    if waiting:
+        tell(f"tensorgauge: note: {plain(waiting)}; the job runs, its data wait in {store.data_dir}/spool "
+             "and go to the store when it answers")
     def note(line: str) -> None:
         tell(f"tensorgauge: note: {plain(line)}")
 

@@ -10,12 +10,12 @@ from tensorgauge.errors import TensorgaugeError
 
 
 def compare(store: str | None, a: str | None, b: str | None, json_path: str | None = None,
-            job: str | None = None) -> int:
+            job: str | None = None, show_all: bool = False) -> int:
     from tensorgauge.analyse.compare import compare as compare_sides
     from tensorgauge.render.compare import render_compare
 
     if job:
-        return _compare_job(store, job, json_path)
+        return _compare_job(store, job, json_path, show_all)
     if not a or not b:
         raise TensorgaugeError("compare takes two runs or bundles (A B), or --job JOB")
     with CommandStore(store) as stores:
@@ -27,24 +27,26 @@ def compare(store: str | None, a: str | None, b: str | None, json_path: str | No
     return 0
 
 
-def _compare_job(store: str | None, job: str, json_path: str | None) -> int:
+def _compare_job(store: str | None, job: str, json_path: str | None, show_all: bool = False) -> int:
     from tensorgauge.analyse.run_report import RunReport
-    from tensorgauge.analyse.straggler import straggler, worker_row
+    from tensorgauge.analyse.straggler import spread, straggler, worker_row
     from tensorgauge.render.compare import render_job
 
     with open_store(store, create=False) as opened:
-        records = [r for r in opened.runs() if r.job_id == job]
+        every = opened.runs()
+        records = [r for r in every if r.job_id == job]
         if not records:
-            jobs = sorted({r.job_id for r in opened.runs() if r.job_id})
+            jobs = sorted({r.job_id for r in every if r.job_id})
             raise TensorgaugeError(f"no runs of job '{job}' in {opened.location}"
                                    + (f" (jobs: {', '.join(jobs[-5:])})" if jobs else ""))
         rows = sorted((worker_row(RunReport.load(opened, r.run_id)) for r in records), key=lambda w: w.worker)
     finding = straggler(rows)
     if json_path:
         write_text(json.dumps({"schema": "tensorgauge.job/1", "job": job, "workers": [w.to_dict() for w in rows],
+                               "spread": spread(rows).to_dict(),
                                "findings": [finding.to_dict()] if finding else []}, indent=2), json_path)
         return 0
-    render_job(console(), job, rows, finding)
+    render_job(console(), job, rows, finding, show_all)
     return 0
 
 
@@ -62,8 +64,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("b", metavar="B", nargs="?")
     p.add_argument("--job", metavar="JOB", help="instead of A and B: every worker of a distributed job, side by "
                                                 "side, and the straggler")
+    p.add_argument("--all", action="store_true", help="with --job: a line per worker, however many there are "
+                                                      "(by default, past 20 workers: their spread and the slowest)")
     p.add_argument("--json", nargs="?", const="-", metavar="PATH", help="the tensorgauge.compare/1 document")
 
 
 def main(args: argparse.Namespace) -> int:
-    return compare(args.store, args.a, args.b, args.json, args.job)
+    return compare(args.store, args.a, args.b, args.json, args.job, args.all)

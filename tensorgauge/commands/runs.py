@@ -25,9 +25,18 @@ def runs(store: str | None, limit: int = 0, name: str | None = None, job: str | 
         render_runs(console(), Listing(), {}, filtered=bool(name or job))
         return 0
     damaged: list[tuple[str, str]] = []
-    with open_store(store, create=False) as opened:
-        render_runs(console(), select(opened.runs(damaged), limit, name, job, expand), opened.peaks(),
-                    filtered=bool(name or job))
+    waiting = []
+    if is_url(location):  # runs whose data wait on this machine for the store (it refused or was down)
+        from tensorgauge.store.spool import waiting_lines
+
+        waiting = waiting_lines(location)
+    try:
+        with open_store(store, create=False) as opened:
+            render_runs(console(), select(opened.runs(damaged), limit, name, job, expand), opened.peaks(),
+                        filtered=bool(name or job))
+    finally:
+        for line in waiting:
+            print(f"tensorgauge: {line}", file=sys.stderr)
     for run_id, why in damaged:
         print(f"tensorgauge: skipped run {run_id}: {why}", file=sys.stderr)
     return 0

@@ -12,7 +12,15 @@ def show(store: str | None, ref: str, json_path: str | None = None, start: float
          end: float | None = None) -> int:
     from tensorgauge.analyse.run_report import RunReport
     from tensorgauge.render.terminal import render_run, render_window
+    from tensorgauge.store import default_store_path, is_url
 
+    location = store or str(default_store_path())
+    if is_url(location):  # its data (or part of them) wait on this machine for the store
+        from tensorgauge.commands._shared import tell
+        from tensorgauge.store.spool import waiting_lines
+
+        for line in waiting_lines(location, ref):
+            tell(f"tensorgauge: {line}")
     with open_store(store, create=False) as runs:
         report = RunReport.load(runs, ref)
         if start is not None or end is not None:

@@ -21,6 +21,7 @@ from tensorgauge.model import Event, RunRecord, Sample
 
 MAX_BATCHES = 2400  # 20 minutes of commits every 0.5 s held in memory while the store does not answer
 RETRY_SECONDS = 0.2
+SPOOL_WAIT_SECONDS = 15.0  # at the end, how long a spooled store is given to ship what waits
 RECONNECT_MAX_SECONDS = 2.0  # the longest wait between two attempts to reach a store's server again
 _BUSY = ("locked", "busy")
 
@@ -94,6 +95,13 @@ class StoreWriter:
             left = [b for b in list(self._queue.queue) if isinstance(b, _Batch)]
             self._lose(sum(len(b.samples) for b in left), sum(len(b.events) for b in left),
                        f"the store did not answer within {timeout_seconds:g} s of the job's end")
+        drain = getattr(self.store, "drain", None)  # a spooled store: its data wait on this machine
+        if drain is not None and not drain(min(timeout_seconds, SPOOL_WAIT_SECONDS)):
+            if self.state.error is None:
+                self.state.error = (f"the store did not take the run in time ({self.store.ship_error or 'busy'}): "
+                                    f"its data wait in {self.store.where} and go to the store with the next "
+                                    "'tensorgauge run' into it from this machine")
+            return False
         return flushed and self._record is None
 
     # -- the writer's thread ----------------------------------------------------------

@@ -102,8 +102,45 @@ def render_compare(console: Console, comparison) -> None:
 
 
 
-def render_job(console: Console, job: str, rows, finding) -> None:
-    """``compare --job``: one line per worker, then the straggler."""
+TABLE_WORKERS = 20  # more workers than this: their distribution and the slowest, not a line each
+
+
+def render_job(console: Console, job: str, rows, finding, show_all: bool = False) -> None:
+    """``compare --job``: one line per worker (a small job, or ``show_all``), else how the workers' step
+    times spread and the slowest of them; then the straggler."""
+    if len(rows) > TABLE_WORKERS and not show_all:
+        _render_spread(console, job, rows)
+    else:
+        _render_table(console, job, rows)
+    if finding is not None:
+        console.print(f"[bold]{finding.severity}[/bold] {safe(finding.title)}  ({finding.id})")
+        console.print(f"  fix: {safe(finding.fix)}")
+    elif any(w.allreduce_seconds_per_step is None for w in rows):
+        console.print("Run every worker with --diagnose to measure who waits for whom (all-reduce time per step).")
+    else:
+        console.print("No straggler: no worker waits noticeably for another.")
+
+
+def _render_spread(console: Console, job: str, rows) -> None:
+    from tensorgauge.analyse.straggler import spread
+
+    found = spread(rows)
+    console.print(f"[bold]Job {safe(job)}[/bold]: {found.workers} workers, {found.measured} with a fit's step time "
+                  "(--all: a line per worker)")
+    if found.step_seconds_median is None:
+        return
+    console.print(f"  step time p50 across workers: median {format_seconds(found.step_seconds_median)}, "
+                  f"90th percentile {format_seconds(found.step_seconds_p90)}")
+    table = Table(box=None, header_style="bold", title="Slowest workers", title_justify="left")
+    for column in ("worker", "host", "run", "step p50", "over the median"):
+        table.add_column(column, justify="left" if column in ("worker", "host", "run") else "right")
+    for w, ratio in found.slowest:
+        table.add_row(safe(w.worker), safe(str(w.hostname)), w.run_id, format_seconds(w.step_seconds_p50),
+                      f"{ratio - 1:+.0%} ({format_seconds((w.step_seconds_p50 or 0.0) - found.step_seconds_median)})")
+    console.print(table)
+
+
+def _render_table(console: Console, job: str, rows) -> None:
     table = Table(box=None, header_style="bold", title=f"Job {safe(job)}", title_justify="left", title_style="bold")
     for column in ("worker", "host", "run", "fit", "steps", "step p50", "cores", "input/step", "all-reduce/step"):
         table.add_column(column, justify="left" if column in ("worker", "host", "run") else "right")
@@ -113,10 +150,3 @@ def render_job(console: Console, job: str, rows, finding) -> None:
                       f"{w.cores_busy_mean:.2f}" if w.cores_busy_mean is not None else "-",
                       format_seconds(w.input_work_seconds_per_step), format_seconds(w.allreduce_seconds_per_step))
     console.print(table)
-    if finding is not None:
-        console.print(f"[bold]{finding.severity}[/bold] {safe(finding.title)}  ({finding.id})")
-        console.print(f"  fix: {safe(finding.fix)}")
-    elif any(w.allreduce_seconds_per_step is None for w in rows):
-        console.print("Run every worker with --diagnose to measure who waits for whom (all-reduce time per step).")
-    else:
-        console.print("No straggler: no worker waits noticeably for another.")

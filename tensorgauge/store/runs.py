@@ -75,7 +75,8 @@ class Store:
     @classmethod
     def open(cls, location: str | os.PathLike | None = None, create: bool = True) -> Store:
         """Open (and create, if ``create``) the store; any problem is a :class:`StoreError`.
-        One thread at a time may use it (a monitor's writer thread while a run goes on)."""
+        One thread at a time may use it (a monitor's writer thread while a run goes on). To record a run
+        into PostgreSQL, :func:`.shipping.open_for_recording`."""
         location = str(location) if location is not None else str(default_store_path())
         check_location(location)
         if is_url(location):
@@ -204,10 +205,18 @@ class Store:
         return time.time() - (started + last)
 
     def delete_run(self, run_id: str) -> None:
-        tables = ("samples", "events", "runs") + (("sample_chunks", "analyses") if self.backend.chunked else ())
+        self.delete_runs([run_id])
+
+    def delete_runs(self, run_ids: list[str]) -> None:
+        """Remove these runs (their record, samples, events, analyses), all in one transaction."""
+        tables = ["samples", "events", "runs"] + (["sample_chunks", "analyses"] if self.backend.chunked else [])
         with self._writing("delete from") as db:
+            if getattr(db, "event_order", "") == "id" and db.query("SELECT to_regclass('tensorgauge_shipped')")[0][0]:
+                tables.append("tensorgauge_shipped")  # PostgreSQL: what the spools of these runs shipped
             for table in tables:
-                db.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+                for start in range(0, len(run_ids), 500):
+                    part = run_ids[start:start + 500]
+                    db.execute(f"DELETE FROM {table} WHERE run_id IN ({', '.join('?' * len(part))})", tuple(part))
 
     # -- reading ---------------------------------------------------------------
 

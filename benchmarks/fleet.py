@@ -1,0 +1,167 @@
+"""A fleet of N simulated workers recording into one real PostgreSQL store, through the real writer code.
+
+    TENSORGAUGE_BENCH_POSTGRES=postgresql://... .venv/bin/python benchmarks/fleet.py N [--seconds 30] [--procs 8]
+
+Each worker is a run as ``tensorgauge run --store postgresql://... --job JOB`` records it: a
+:class:`~tensorgauge.monitoring.recording.Recording` (the Recorder, the StoreWriter thread, the
+spooled store and its shipper thread) fed 10 samples a second, a ``steps`` event every half second
+(stored as step digests) and epoch phases every 10 s, on the real clock. Workers are spread over
+``--procs`` processes. Reports samples taken and stored (lost = taken - stored), the shipping
+transactions' latency, connections made, the server's CPU seconds (its processes, from /proc), the
+store's growth per worker-hour, and the wall time of ``compare --job`` and ``runs --job`` over the fleet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+
+SAMPLES_PER_SECOND = 10
+
+
+def _server_cpu_seconds() -> float:
+    """User+system CPU seconds of every process named postgres on this machine (the server's)."""
+    import psutil
+
+    total = 0.0
+    for p in psutil.process_iter(["name", "cpu_times"]):
+        if p.info["name"] in ("postgres", "postmaster") and p.info["cpu_times"]:
+            total += p.info["cpu_times"].user + p.info["cpu_times"].system + p.info["cpu_times"].children_user \
+                + p.info["cpu_times"].children_system
+    return total
+
+
+def _workers(url: str, job: str, first: int, count: int, seconds: float, out) -> None:
+    """``count`` workers in this process; puts (taken, connections, latencies) on ``out``."""
+    from tensorgauge.model import Sample
+    from tensorgauge.monitoring.recording import Recording, new_record, new_run_id
+    from tensorgauge.sources.clock import MonotonicClock
+    from tensorgauge.store.shipping import open_for_recording
+
+    clock = MonotonicClock()
+    rng = random.Random(first)
+    fleet = []
+    for i in range(first, first + count):
+        store = open_for_recording(url)
+        t0 = clock.now()
+        record = new_record(f"{new_run_id()}-{i}", ["python", "train.py"], t0, job_id=job,
+                            env={"host": {"hostname": f"node{i // 8}", "cores_allowed": 8.0},
+                                 "worker": {"worker": f"worker:{i}", "task_type": "worker", "task_index": i}})
+        recording = Recording(store, record, clock)
+        recording.recorder.add([], [{"t": t0, "pid": 7, "kind": "phase_begin", "id": 1, "name": "fit",
+                                     "phase_kind": "fit", "cpu": 0.0, "rss": 1 << 30}])
+        fleet.append([store, recording, t0, 0, 1, 0.0])  # store, recording, t0, samples, phase id, cpu
+    slow = {rng.randrange(first, first + count) for _ in range(max(1, count // 100))}  # stragglers
+    start = time.monotonic()
+    tick = 0
+    while time.monotonic() - start < seconds:
+        tick += 1
+        for k, worker in enumerate(fleet):
+            store, recording, t0, n, phase, cpu = worker
+            now = clock.now()
+            samples = []
+            for j in range(SAMPLES_PER_SECOND // 2):
+                cpu = round(cpu + 0.18, 2)
+                samples.append(Sample(t=round(now - t0 - 0.5 + j / SAMPLES_PER_SECOND, 6), cpu_seconds=cpu,
+                                      cores_busy=1.8, rss_bytes=(1 << 30) + rng.randrange(1 << 20), threads=40,
+                                      processes=1, cpu_percent=[90.0, 91.0]))
+            step = 0.02 if first + k in slow else 0.01
+            raw = [{"t": now, "pid": 7, "kind": "steps", "phase": phase,
+                    "seconds": [round(rng.lognormvariate(0, 0.1) * step, 7) for _ in range(20)]}]
+            if tick % 20 == 0:  # an epoch every 10 s
+                if phase > 1:
+                    raw.append({"t": now, "pid": 7, "kind": "phase_end", "id": phase, "cpu": cpu, "rss": 1 << 30})
+                phase += 1
+                raw.append({"t": now, "pid": 7, "kind": "phase_begin", "id": phase, "name": f"epoch {phase - 1}",
+                            "phase_kind": "epoch", "parent": 1, "cpu": cpu, "rss": 1 << 30})
+            recording.recorder.add(samples, raw, force=True)
+            worker[3:] = [n + len(samples), phase, cpu]
+        time.sleep(max(0.0, start + tick * 0.5 - time.monotonic()))
+    taken, connections, latencies = 0, 0, []
+    for store, recording, t0, n, phase, cpu in fleet:
+        end = clock.now()
+        raw = [{"t": end, "pid": 7, "kind": "phase_end", "id": phase, "cpu": cpu, "rss": 1 << 30},
+               {"t": end, "pid": 7, "kind": "phase_end", "id": 1, "cpu": cpu, "rss": 1 << 30}] if phase > 1 else \
+            [{"t": end, "pid": 7, "kind": "phase_end", "id": 1, "cpu": cpu, "rss": 1 << 30}]
+        recording.recorder.add([], raw, force=True)
+        recording.settle(120.0)
+        record = recording.record
+        record.wall_seconds, record.complete, record.exit_code, record.cpu_seconds_total = end - t0, True, 0, cpu
+        recording.finish(120.0)
+        store.close()
+        taken += n
+        connections += store.backend.connections_made
+        latencies += store.latencies
+    out.put((taken, connections, latencies))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("workers", type=int)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--procs", type=int, default=8)
+    args = parser.parse_args()
+    url = os.environ.get("TENSORGAUGE_BENCH_POSTGRES")
+    if not url:
+        sys.exit("set TENSORGAUGE_BENCH_POSTGRES to a postgresql:// URL (scripts/postgres-for-tests start)")
+    import tempfile
+
+    import psycopg
+
+    os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="tg-fleet-")  # the workers' spools, not the user's
+    job = f"fleet-{args.workers}-{int(time.time())}"
+    with psycopg.connect(url, autocommit=True) as admin:
+        size_before = admin.execute("SELECT pg_database_size(current_database())").fetchone()[0]
+    cpu_before, wall_before = _server_cpu_seconds(), time.monotonic()
+    out: multiprocessing.Queue = multiprocessing.Queue()
+    per = -(-args.workers // args.procs)
+    procs = [multiprocessing.Process(target=_workers, args=(url, job, p * per, min(per, args.workers - p * per),
+                                                            args.seconds, out))
+             for p in range(args.procs) if p * per < args.workers]
+    for p in procs:
+        p.start()
+    results = [out.get() for _ in procs]
+    for p in procs:
+        p.join()
+    wall = time.monotonic() - wall_before
+    server_cpu = _server_cpu_seconds() - cpu_before
+    taken = sum(r[0] for r in results)
+    latencies = sorted(x for r in results for x in r[2])
+    with psycopg.connect(url, autocommit=True) as admin:
+        size_after = admin.execute("SELECT pg_database_size(current_database())").fetchone()[0]
+        ids = [r[0] for r in admin.execute("SELECT run_id FROM runs WHERE record::jsonb->>'job_id' = %s",
+                                           (job,)).fetchall()]
+        stored = admin.execute("SELECT COALESCE(SUM(count), 0) FROM sample_chunks WHERE run_id = ANY(%s)",
+                               (ids,)).fetchone()[0] + admin.execute(
+            "SELECT COUNT(*) FROM samples WHERE run_id = ANY(%s)", (ids,)).fetchone()[0]
+    worker_hours = args.workers * args.seconds / 3600
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    timings = {}
+    for name, cmd in (("compare --job", ["compare", "--job", job]), ("runs --job", ["runs", "--job", job])):
+        began = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "tensorgauge", *cmd, "--store", url], env=env,
+                              capture_output=True, text=True)
+        timings[name] = (time.perf_counter() - began, done.returncode, len(done.stdout.splitlines()))
+    print(f"workers {args.workers} x {args.seconds:g} s in {len(procs)} processes; wall {wall:.1f} s")
+    print(f"runs stored {len(ids)}; samples taken {taken}, stored {stored}, lost {taken - int(stored)}")
+    if latencies:
+        print(f"shipping transactions {len(latencies)}: p50 {statistics.median(latencies) * 1000:.1f} ms, "
+              f"p99 {latencies[int(0.99 * (len(latencies) - 1))] * 1000:.1f} ms, "
+              f"max {latencies[-1] * 1000:.1f} ms")
+    print(f"connections made {sum(r[1] for r in results)} "
+          f"({sum(r[1] for r in results) / wall:.1f}/s)")
+    print(f"server CPU {server_cpu:.1f} s ({server_cpu / wall:.2f} cores over the run)")
+    print(f"store growth {(size_after - size_before) / 2**20:.1f} MiB, "
+          f"{(size_after - size_before) / 2**20 / worker_hours:.1f} MiB per worker-hour")
+    for name, (seconds, code, lines) in timings.items():
+        print(f"{name}: {seconds:.2f} s (exit {code}, {lines} lines)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,259 @@
+"""A recording into PostgreSQL that never waits for it: every batch goes first into the run's local
+:class:`~.spool.Spool`, and a thread of its own ships the spool to the store every
+:data:`SHIP_SECONDS` (``$TENSORGAUGE_SHIP_SECONDS``), on a connection made for that transaction and let
+go after it. A store that refuses (too many clients, starting up, down) is tried again later, waiting
+longer each time (with jitter, so a fleet does not come back all at once); nothing is lost meanwhile.
+
+Exactly once, in order: one transaction ships the oldest batches, the run's latest record, and the last
+batch number shipped (table ``tensorgauge_shipped``); the spool drops them only after it committed, and
+a spool shipped again (the monitor died between the two) skips what the store already has.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import threading
+import time
+from pathlib import Path
+
+from tensorgauge.errors import StoreError, StoreUnreachable
+from tensorgauge.model import Event, RunRecord, Sample
+from tensorgauge.store.postgres import PostgresBackend
+from tensorgauge.store.runs import (
+    _INSERT_EVENT,
+    _INSERT_SAMPLE,
+    _UPSERT_RUN,
+    EVENT_COLUMNS,
+    SAMPLE_COLUMNS,
+    Store,
+    _row,
+)
+from tensorgauge.store.schema import CHUNK_SAMPLES
+from tensorgauge.store.spool import Spool, spool_folder
+
+SHIP_SECONDS = 5.0  # a fleet of N workers makes N / SHIP_SECONDS connections a second
+SHIP_ENV = "TENSORGAUGE_SHIP_SECONDS"
+SHIP_BATCHES = 200  # batches (0.5 s each) one transaction ships at most
+RETRY_MAX_SECONDS = 10.0
+
+
+def open_for_recording(url: str) -> SpooledStore:
+    """The store at ``url`` to record a run into: :class:`StoreError` (at once) for what the user must fix
+    (a wrong password, no such database, a bad URL); a server that refuses or does not answer only
+    delays the data, never the job."""
+    try:
+        backend = PostgresBackend(url, create=True, hold=False, connect_seconds=3)
+        why = None
+    except StoreUnreachable as exc:
+        backend = PostgresBackend(url, create=True, hold=False, connect_seconds=3, connect_now=False)
+        why = str(exc)
+    store = SpooledStore(backend)
+    store.ship_error = why
+    return store
+
+
+class Shipper:
+    """Ships one spool into a store, a transaction at a time (see the module's docstring)."""
+
+    def __init__(self, spool: Spool, run_id: str, created: bool = False):
+        self.spool, self.run_id = spool, run_id
+        self.created = created  # the run's record is in the store: later records only update it
+        self.removed = False  # ... and it was removed there (tensorgauge rm): ship no more
+        self.record_dirty = not created
+        self.shipped_samples = 0
+        self.latencies: list[float] = []  # seconds each shipping transaction took (connecting included)
+
+    def ship(self, store: Store) -> bool:
+        """The oldest batches and the latest record in one transaction; True when more wait."""
+        if self.removed:
+            return False
+        batches = self.spool.pending(SHIP_BATCHES)
+        dirty, self.record_dirty = self.record_dirty, False
+        record = self.spool.record() if dirty else None
+        began = time.monotonic()
+        try:
+            last = self._commit(store, batches, record)
+            self.latencies.append(time.monotonic() - began)
+        except BaseException:
+            self.record_dirty = self.record_dirty or dirty
+            raise
+        if last is not None:
+            self.spool.shipped(last)
+        self.created = self.created or record is not None
+        samples = sum(len(s) for _, s, _ in batches)
+        self.shipped_samples += samples
+        more = len(batches) == SHIP_BATCHES
+        complete = record is not None and record.get("complete")
+        if samples and not self.removed:
+            store._rows[self.run_id] = store._rows.get(self.run_id, 0) + samples
+            if store._rows[self.run_id] >= CHUNK_SAMPLES or (complete and not more):
+                store.compact(self.run_id)
+        return more
+
+    def _commit(self, store: Store, batches: list, record: dict | None) -> int | None:
+        """One transaction: the batches the store does not have yet, the record; the last batch number."""
+        run_id = self.run_id
+        with store._writing() as db:
+            if record is not None:
+                if self.created:
+                    self.removed = db.execute("UPDATE runs SET started_at = ?, record = ? WHERE run_id = ?",
+                                              (record["started_at"], json.dumps(record), run_id)) == 0
+                else:
+                    db.execute(_UPSERT_RUN, (run_id, record["started_at"], json.dumps(record)))
+            if not batches or self.removed:
+                return batches[-1][0] if batches else None
+            db.execute("INSERT INTO tensorgauge_shipped (run_id, seq) VALUES (?, 0) ON CONFLICT DO NOTHING", (run_id,))
+            done = db.query("SELECT seq FROM tensorgauge_shipped WHERE run_id = ? FOR UPDATE", (run_id,))[0][0]
+            fresh = [b for b in batches if b[0] > done]
+            samples = [(run_id, *row) for _, rows, _ in fresh for row in rows]
+            events = [(run_id, *row) for _, _, rows in fresh for row in rows]
+            if samples:
+                db.executemany(_INSERT_SAMPLE, samples)
+            if events:
+                db.executemany(_INSERT_EVENT, events)
+            last = batches[-1][0]
+            db.execute("UPDATE tensorgauge_shipped SET seq = ? WHERE run_id = ?", (max(last, done), run_id))
+            return last
+
+    def empty(self) -> bool:
+        return self.removed or (self.spool.waiting()[0] == 0 and not self.record_dirty)
+
+
+class SpooledStore(Store):
+    """A :class:`Store` whose ``add`` and ``save_run`` go into a local spool, shipped by a thread; it also
+    ships the spools earlier runs on this machine left for the same store (their monitor ended first)."""
+
+    def __init__(self, backend: PostgresBackend):
+        super().__init__(backend)
+        self.ship_seconds = float(os.environ.get(SHIP_ENV) or SHIP_SECONDS)
+        self.shipper: Shipper | None = None
+        self.ship_error: str | None = None
+        self._lock = threading.Lock()  # one transaction on the backend at a time
+        self._wake = threading.Event()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+
+    @property
+    def removed(self) -> bool:
+        return bool(self.shipper and self.shipper.removed)
+
+    @property
+    def latencies(self) -> list[float]:
+        return self.shipper.latencies if self.shipper else []
+
+    @property
+    def where(self) -> str:
+        """Where the run's data wait: this host and the spool file."""
+        return f"{socket.gethostname()}:{self.shipper.spool.path if self.shipper else '-'}"
+
+    def _shipper(self, run_id: str) -> Shipper:
+        if self.shipper is None:
+            path = spool_folder(self.data_dir) / f"{run_id}.db"
+            spool = Spool(path, self.location, run_id)
+            _lock_file(path)  # held while this process lives: no other ships it meanwhile
+            self.shipper = Shipper(spool, run_id)
+            self._thread = threading.Thread(target=self._loop, name="tensorgauge-shipper", daemon=True)
+            self._thread.start()
+        return self.shipper
+
+    # -- the writer's side: local, never waits on the server ------------------------
+
+    def add(self, run_id: str, samples: list[Sample], events: list[Event]) -> None:
+        if (samples or events) and not self.removed:
+            self._shipper(run_id).spool.append([_row(SAMPLE_COLUMNS, s) for s in samples],
+                                               [_row(EVENT_COLUMNS, e) for e in events])
+
+    def save_run(self, record: RunRecord, create: bool = True) -> bool:
+        if self.removed:
+            return False
+        shipper = self._shipper(record.run_id)
+        shipper.spool.set_record(record.to_dict())
+        shipper.record_dirty = True
+        return True
+
+    def reconnect(self) -> bool:
+        return True  # the spool always answers
+
+    def drain(self, timeout_seconds: float) -> bool:
+        """Ship now and wait until the spool is empty (True), or ``timeout_seconds`` pass (False)."""
+        if self.shipper is None:
+            return True
+        deadline = time.monotonic() + timeout_seconds
+        self._wake.set()  # at once; then at the shipper's own pace (it waits longer while the store refuses)
+        while time.monotonic() < deadline and not self.shipper.empty():
+            time.sleep(0.05)
+        return self.shipper.empty()
+
+    def close(self) -> None:
+        self._stop = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(5.0)
+        if self.shipper is not None:
+            with self._lock:
+                self.shipper.spool.close(remove=self.shipper.empty())
+        super().close()
+
+    # -- the shipper's thread -------------------------------------------------------------
+
+    def _loop(self) -> None:
+        pause = self.ship_seconds
+        leftovers_done = False
+        while not self._stop:
+            self._wake.wait(pause * random.uniform(0.8, 1.2))
+            self._wake.clear()
+            try:
+                with self._lock:
+                    while self.shipper is not None and self.shipper.ship(self) and not self._stop:
+                        pass  # a backlog: all of it, a transaction at a time
+                self.ship_error = None
+                pause = self.ship_seconds
+                if not leftovers_done:
+                    leftovers_done = True
+                    try:
+                        self._ship_leftovers()
+                    except Exception:  # noqa: BLE001 (another run's spool: never stop shipping this run's)
+                        pass
+            except StoreError as exc:
+                self.ship_error = str(exc)
+                pause = min(RETRY_MAX_SECONDS, max(pause, 0.5) * 2)
+
+    def _ship_leftovers(self) -> None:
+        """Ship the spools other runs left for this store on this machine (not held by a live monitor)."""
+        from tensorgauge.store.spool import waiting_spools
+
+        own = self.shipper.spool.path if self.shipper else None
+        for run_id, path, _ in waiting_spools(self.data_dir, self.location):
+            if path == own or self._stop or not _lock_file(path):
+                continue
+            spool = Spool(path)
+            shipper = Shipper(spool, run_id)
+            with self._lock:
+                while shipper.ship(self) and not self._stop:
+                    pass
+                spool.close(remove=shipper.empty())
+
+
+_LOCKS: dict[Path, int] = {}
+
+
+def _lock_file(path: Path) -> bool:
+    """Hold ``path`` locked (flock) for this process; False when another process holds it."""
+    import fcntl
+
+    if path in _LOCKS:  # this process's own (another recording in it): not a leftover
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:  # shipped and removed meanwhile
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False
+    _LOCKS[path] = fd
+    return True
