@@ -31,10 +31,9 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.installed-demo
 	$(BIN)/tensorgauge demo
 
-# The suite runs in two processes where there are two CPUs (pytest-xdist, a file to a process): most of a
-# test's time is TensorFlow starting and waiting on its jobs, not both cores.
-TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(max(1, min(2, len(os.sched_getaffinity(0)))))')
-
+# The suite runs in two processes where two CPUs are free (pytest-xdist, a file to a process): most of a
+# test's time is TensorFlow starting and waiting on its jobs, not both cores. Beside other work, in one
+# (scripts/test-workers measures the busy cores just before); TEST_WORKERS=N overrides it.
 # Lint and types first (seconds), then the suite. PostgreSQL tests run against a
 # throwaway server on 127.0.0.1 (skipped, with the reason, without one).
 test: $(VENV)/.installed-test
@@ -42,7 +41,8 @@ test: $(VENV)/.installed-test
 	$(BIN)/mypy
 	$(MAKE) docs
 	url=$$(scripts/postgres-for-tests start || true); \
-	TENSORGAUGE_TEST_POSTGRES=$$url $(BIN)/python -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadfile; status=$$?; \
+	workers=$${TEST_WORKERS:-$$($(BIN)/python scripts/test-workers)}; echo "pytest in $$workers process(es)"; \
+	TENSORGAUGE_TEST_POSTGRES=$$url $(BIN)/python -m pytest -q --durations=15 -n $$workers --dist loadfile; status=$$?; \
 	scripts/postgres-for-tests stop; exit $$status
 
 lint: $(VENV)/.installed-test
