@@ -31,17 +31,22 @@ class Program:
     folder: Path
     argv: list[str]
     env: dict[str, str]
-    truth: str
 
     @property
     def name(self) -> str:
         return self.folder.name
 
+    @property
+    def truth(self) -> str:
+        """Read when the table is made, so it may be written while the runs go on."""
+        truth_file = self.folder / "truth.txt"
+        return truth_file.read_text().strip() if truth_file.exists() else ""
+
 
 @dataclass
 class RunVerdict:
     run_id: str
-    input_class: str  # "found" | "within noise" | "no cost" | "not measured" | "failed"
+    input_class: str  # "found (SEVERITY)" | "within noise" | "no cost" | "not measured" | "failed"
     share: float | None
     interval: tuple[float, float] | None
     findings: list[str] = field(default_factory=list)
@@ -63,8 +68,7 @@ def load_program(folder: Path) -> Program:
     argv = shlex.split((folder / "cmd.txt").read_text())
     env_file = folder / "env.txt"
     env = dict(line.split("=", 1) for line in env_file.read_text().split() if "=" in line) if env_file.exists() else {}
-    truth_file = folder / "truth.txt"
-    return Program(folder, argv, env, truth_file.read_text().strip() if truth_file.exists() else "")
+    return Program(folder, argv, env)
 
 
 def classify(doc: dict) -> RunVerdict:
@@ -74,8 +78,9 @@ def classify(doc: dict) -> RunVerdict:
     text = json.dumps(doc).lower()
     ab_failed = "a/b failed" in text
     verdict = str(split.get("verdict") or "")
-    if "input_bound" in ids:
-        input_class = "found"
+    found = [f for f in doc.get("findings") or [] if f["id"] == "input_bound"]
+    if found:
+        input_class = f"found ({found[0]['severity']})"
     elif not split.get("measured"):
         input_class = "failed" if ab_failed else "not measured"
     elif verdict.startswith("within noise"):
@@ -117,6 +122,13 @@ def run_once(program: Program, lock: Path | None) -> RunVerdict:
         return classify(json.loads(out.read_text()))
 
 
+def recorded(program: Program, run_id: str) -> RunVerdict:
+    """A run already in DIR/s.db, classified again (to table a series that was cut short)."""
+    done = subprocess.run([sys.executable, "-m", "tensorgauge", "show", "--store", str(program.folder / "s.db"),
+                           "--json", "-", run_id], capture_output=True, text=True, check=True)
+    return classify(json.loads(done.stdout))
+
+
 def agreement(verdicts: list[RunVerdict]) -> str:
     """How many runs gave the commonest input verdict, and each other finding's count."""
     n = len(verdicts)
@@ -143,9 +155,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--lock", type=Path, help="flock this file around each run")
     parser.add_argument("--ids", type=Path, help="also append each run's id and verdict to this file")
+    parser.add_argument("--table-only", action="store_true",
+                        help="run nothing: table the runs that --ids lists, as they are recorded")
     args = parser.parse_args(argv)
     programs = [load_program(f.resolve()) for f in args.folders]
     verdicts: dict[str, list[RunVerdict]] = {p.name: [] for p in programs}
+    if args.table_only:
+        by_name = {p.name: p for p in programs}
+        for line in args.ids.read_text().splitlines():  # "NAME run I: RUN_ID ..."
+            name, _, rest = line.partition(" run ")
+            if name in by_name:
+                verdicts[name].append(recorded(by_name[name], rest.split(": ", 1)[1].split()[0]))
+        print(table([(p, verdicts[p.name]) for p in programs if verdicts[p.name]]))
+        return 0
     for i in range(args.runs):  # round by round, so a slow minute on the machine falls on all programs
         for program in programs:
             verdict = run_once(program, args.lock)
