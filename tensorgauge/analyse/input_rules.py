@@ -134,8 +134,9 @@ def epoch_start_input_bound(split: dict | None, fit: Phase | None, allowed: floa
     if cores_busy is None or cores_busy < EPOCH_START_BUSY:
         return None
     share, per_epoch = paid["share"], paid["seconds"] / max(1, paid["epochs"])
-    mid_epoch = (f"mid-epoch, input costs {split['input_share']:.0%} of each step as well"
-                 if (split or {}).get("established") and split.get("input_share") is not None else
+    steps = split or {}
+    mid_epoch = (f"mid-epoch, input costs {steps['input_share']:.0%} of each step as well"
+                 if steps.get("established") and steps.get("input_share") is not None else
                  "mid-epoch, steps wait for no input")
     return Finding(
         id="input_bound", severity="high" if share >= INPUT_HIGH else "moderate",
