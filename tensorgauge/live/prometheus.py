@@ -5,6 +5,8 @@ text format, made by the official client (the ``[prometheus]`` extra) and served
 
 from __future__ import annotations
 
+import threading
+
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.live.metrics_server import IDLE_SECONDS, MAX_CONNECTIONS, serve
 from tensorgauge.live.state import LiveState
@@ -58,8 +60,16 @@ class PrometheusExporter:
         self.labels = {"job": "", "worker": ""}
         self._phase: str | None = None
         self._steps = 0
+        # A scrape reads one sample's values, never some of the last sample's and some of the next.
+        self._updating = threading.Lock()
+        metrics_app = make_wsgi_app(self.registry)
+
+        def consistent_app(environ, start_response):
+            with self._updating:
+                return metrics_app(environ, start_response)  # the text is made inside the call
+
         try:
-            self.server, self.thread = serve(make_wsgi_app(self.registry), self.host, self.port,
+            self.server, self.thread = serve(consistent_app, self.host, self.port,
                                               idle_seconds, max_connections)
         except OSError as exc:
             raise TensorgaugeError(f"cannot serve Prometheus metrics on {self.host}:{self.port}: "
@@ -71,6 +81,10 @@ class PrometheusExporter:
         self.labels = {"job": record.job_id or record.name or record.run_id, "worker": worker}
 
     def observe(self, sample: Sample | None, events: list[Event]) -> None:
+        with self._updating:
+            self._observe(sample, events)
+
+    def _observe(self, sample: Sample | None, events: list[Event]) -> None:
         self.state.update(sample, events)
         s, labels = self.state.sample, self.labels
         if s is None:
