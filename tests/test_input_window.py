@@ -248,11 +248,11 @@ def test_the_verdict_is_established_only_when_every_round_agrees():
                                                 [0.01462, 0.01497, 0.0176, 0.01461], [0.01604, 0.0167, 0.01499, 0.01525]]})
     assert demo["input_share"] > 0.05 and demo["input_share_low"] > 0.05 and not demo["established"]
     assert demo["verdict"].startswith("within noise")
-    # The same demo in CI, on a loaded machine: rounds of 17, 22, 17 and 1%, pooled 19% (its other four runs
+    # The same demo in CI, on a loaded machine: rounds of 17, 22, 17 and 1%, pooled 14% (its other four runs
     # there: 0%). Of four rounds, the one that disagrees is not outvoted: within noise.
     ci = ab_verdict({"real_step_seconds": [[0.02336] * 8, [0.02103] * 8, [0.01993] * 8, [0.02254] * 8],
                      "compute_step_seconds": [[0.01948] * 4, [0.01651] * 4, [0.01662] * 4, [0.02231] * 4]})
-    assert ci["input_share"] > 0.15 and ci["input_share_low"] < 0.05 and not ci["established"]
+    assert ci["input_share"] > 0.1 and ci["input_share_low"] < 0.05 and not ci["established"]
     assert ci["verdict"].startswith("within noise")
     # ... but of four rounds a majority pooling 20% or more without its highest stands: a competing map's
     # 37% cost (the job's own interleaved A/B) read as rounds of 20, 3, 32 and 45% in CI.
@@ -419,3 +419,13 @@ def test_an_ab_in_rounds_is_preferred_to_a_warm_up_fits_steps_after_it():
     assert split["rounds"] == 5 and not split["established"] and "blocks" not in split["measured_by"]
     only = input_split(events_with(("input_ab", warm_up), ("input_ab", {"skipped": "too short"})), [fit()])
     assert only["established"] and "blocks against" in only["measured_by"]
+
+
+def test_the_pooled_share_lies_within_the_rounds_shares():
+    """Rounds that ran at different speeds and lengths (keras-io mixup: rounds of 14-32%) pool to a share
+    between their own, each round's real steps held against the compute-only steps taken beside them."""
+    fast_real, slow_real = [0.020] * 20, [0.040] * 4
+    rounds = ab_verdict({"real_step_seconds": [fast_real, slow_real, fast_real],
+                         "compute_step_seconds": [[0.017] * 4, [0.027] * 20, [0.017] * 4]})
+    assert rounds["input_share_low"] <= rounds["input_share"] <= rounds["input_share_high"]
+    assert rounds["input_share"] > 0.1
