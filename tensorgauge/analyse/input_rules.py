@@ -182,7 +182,7 @@ def _timed_loop_input_bound(loop: LoopInput, fit: Phase, allowed: float, config:
         return None
     share = by_round["input_share"]
     lost = step * share
-    torch = (config or {}).get("backend") == "torch"
+    torch = (config or {}).get("backend") == "torch" or loop.get("loader") == "DataLoader"
     fix = ("The loop waits in next() for its batches: the loader makes them in the training thread. "
            + ("Give the DataLoader num_workers=N (and persistent_workers=True, pin_memory=True on a GPU) so "
               "batches are made in parallel with the steps; a collate_fn that converts element by element "

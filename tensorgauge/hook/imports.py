@@ -1,4 +1,4 @@
-"""Watch the job's first import of TensorFlow / Keras, without importing them.
+"""Watch the job's first import of TensorFlow / Keras / PyTorch, without importing them.
 
 A meta-path finder that, for a watched top-level name, asks the other finders
 for the real spec and wraps that loader's ``exec_module`` (on the instance, so
@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from tensorgauge.hook.agent import agent
 
-WATCHED = ("tensorflow", "keras", "tf_keras")
+WATCHED = ("tensorflow", "keras", "tf_keras", "torch")
 
 
 class ImportWatcher:

@@ -7,6 +7,7 @@
   can use it (limits and patches that must come before TensorFlow initialises).
 - :func:`on_keras`: called with each Keras package (``keras``, ``tf_keras``) once it has
   been imported and its phases patched.
+- :func:`on_torch`: called once PyTorch has been imported (a loop of its own, no Keras).
 
 Standard library only. A listener that raises is dropped, never passed to the job.
 """
@@ -46,6 +47,7 @@ FitFactory = Callable[[FitCall], "FitListener | None"]
 _fit_factories: list[FitFactory] = []
 _tensorflow_hooks: list[Callable[[Any], None]] = []
 _keras_hooks: list[Callable[[Any], None]] = []
+_torch_hooks: list[Callable[[Any], None]] = []
 
 
 def on_fit(factory: FitFactory) -> FitFactory:
@@ -60,6 +62,11 @@ def on_tensorflow(hook: Callable[[Any], None]) -> Callable[[Any], None]:
 
 def on_keras(hook: Callable[[Any], None]) -> Callable[[Any], None]:
     _keras_hooks.append(hook)
+    return hook
+
+
+def on_torch(hook: Callable[[Any], None]) -> Callable[[Any], None]:
+    _torch_hooks.append(hook)
     return hook
 
 
@@ -90,3 +97,7 @@ def tensorflow_imported(tf: Any) -> None:
 
 def keras_imported(keras: Any) -> None:
     _call_each(_keras_hooks, keras)
+
+
+def torch_imported(torch: Any) -> None:
+    _call_each(_torch_hooks, torch)

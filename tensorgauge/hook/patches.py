@@ -18,7 +18,14 @@ import sys
 from tensorgauge.hook import placement
 from tensorgauge.hook.agent import agent
 from tensorgauge.hook.features import load_features
-from tensorgauge.hook.listeners import FitCall, FitListener, fit_listeners, keras_imported, tensorflow_imported
+from tensorgauge.hook.listeners import (
+    FitCall,
+    FitListener,
+    fit_listeners,
+    keras_imported,
+    tensorflow_imported,
+    torch_imported,
+)
 from tensorgauge.hook.wrapping import mark, original_of, wrap_once, wrapped_by
 
 # Position of ``callbacks`` in positional arguments after ``self``.
@@ -247,3 +254,6 @@ def on_imported(name: str, module) -> None:
         patch_keras(name)
         load_features()
         keras_imported(module)
+    elif name == "torch":
+        load_features()
+        torch_imported(module)

@@ -370,6 +370,7 @@ class LoopInput(Common, total=False):
     next_pairs: list[list[float]]  # [a real next(), next() on one of the loop's batches cached] every few steps
     pairs_cost_seconds: float  # what the cached next() calls cost (left out of the steps)
     next_rounds: list[list[float]]  # [seconds in next(), step seconds, steps] of consecutive steps (see FitInput)
+    loader: str | None  # the iterator's kind where it is not tf.data's: "DataLoader" (PyTorch)
 
 
 class FitInput(Common, total=False):

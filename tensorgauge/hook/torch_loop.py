@@ -1,4 +1,5 @@
-"""Custom training loops on PyTorch (Keras 3's torch backend): each ``torch.optim`` step is a step.
+"""Custom training loops on PyTorch (plain, or a Keras model on Keras 3's torch backend): each
+``torch.optim`` step is a step.
 
 Keras' PyTorch guide trains its Keras model with ``loss.backward()`` and either a
 ``torch.optim`` optimizer's ``step()`` or a Keras optimizer's ``apply()`` (the
@@ -20,7 +21,7 @@ import sys
 import time
 
 from tensorgauge.hook import train_loop
-from tensorgauge.hook.listeners import on_keras
+from tensorgauge.hook.listeners import on_keras, on_torch
 from tensorgauge.hook.wrapping import wrap_once
 
 FEATURE = "torch_loop"  # the mark on its wrappers
@@ -50,7 +51,7 @@ def _wrap_next(original):
         began = time.monotonic()
         batch = original(self)  # StopIteration ends an epoch: nothing to time
         try:
-            train_loop._loop.on_next(self, began, time.monotonic() - began)
+            train_loop._loop.on_next(self, began, time.monotonic() - began, loader="DataLoader")
             batch_size = getattr(getattr(self, "_index_sampler", None), "batch_size", None)
             if isinstance(batch_size, int):
                 train_loop._loop.batch_size = batch_size
@@ -61,8 +62,11 @@ def _wrap_next(original):
     return next_
 
 
+@on_torch
 @on_keras
-def _patch_torch(keras) -> None:
+def _patch_torch(module) -> None:
+    """PyTorch's optimizer hook and ``DataLoader`` iterator, once PyTorch has loaded: by itself (a plain
+    PyTorch loop) or under Keras 3's torch backend."""
     torch = sys.modules.get("torch")
     if torch is None:
         return

@@ -72,6 +72,7 @@ class TrainLoop:
         self.taped: tuple | None = None  # (weakref to the model, args, kwargs) of the last call under a tape
         self.optimizer: weakref.ref | None = None  # of the last eager update
         self.dataset: weakref.ref | None = None  # the dataset of the iterator next() was last called on
+        self.loader: str | None = None  # the iterator's kind where it is not tf.data's ("DataLoader")
         self.last_step: tuple[float, float] | None = None  # the last training step's (seconds, wait in next())
         self.probed = False  # the eager probe ran (or was skipped for good)
         self.nexts = 0  # next() calls since the loop began
@@ -87,7 +88,7 @@ class TrainLoop:
 
     # -- what the patches report ----------------------------------------------------
 
-    def on_next(self, iterator: object, began: float, seconds: float) -> None:
+    def on_next(self, iterator: object, began: float, seconds: float, loader: str | None = None) -> None:
         serial = getattr(iterator, "_tensorgauge_serial", None)
         if serial is None:  # not id(): a new iterator often takes the address of the last one
             serial = self.iterators = self.iterators + 1
@@ -97,6 +98,7 @@ class TrainLoop:
                 serial = id(iterator)
         self.last_iterator = serial
         self.dataset = getattr(iterator, "_tensorgauge_dataset", None)
+        self.loader = loader
         if self.first_next is None:
             self.first_next = began
         self.waited += seconds
@@ -282,7 +284,7 @@ class TrainLoop:
                        next_seconds_p50=statistics.median(self.next_seconds) if self.next_seconds else None,
                        step_seconds_total=round(self.totals[0], 6), next_seconds_total=round(self.totals[1], 6),
                        next_pairs=[[round(a, 7), round(b, 7), order] for a, b, order in self.pairs],
-                       next_rounds=self.rounds,
+                       next_rounds=self.rounds, loader=self.loader,
                        pairs_cost_seconds=round(self.own_total, 6))
 
 
