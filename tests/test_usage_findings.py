@@ -98,3 +98,20 @@ def test_memory_that_levels_off_is_a_plateau_not_a_leak():
     assert not {"memory_leak", "memory_plateau"} & set(findings(calls("fit", [500 * MIB] * 12)))
     assert not {"memory_leak", "memory_plateau"} & set(findings(calls("fit", ends[:5])))
     assert not {"memory_leak", "memory_plateau"} & set(findings(calls("fit", [500 * MIB + i * MIB for i in range(12)])))
+
+
+def test_memory_taken_by_each_new_model_is_not_a_leak():
+    """keras-io's wide & deep program: three models, each fitted and evaluated once; RSS rises as each is
+    built, not call after call on one model."""
+    phases, events = [], []
+    for model in range(3):
+        built_at = 10.0 + 10 * model
+        events.append(Event(t=built_at, pid=1, kind="models_built",
+                            data={"count": model + 1, "since_clear": model + 1, "clears": 0}))
+        rss = 700 * MIB + model * 50 * MIB
+        phases += [Phase(name="fit", kind="fit", start=built_at + 1, end=built_at + 4, steps=194, rss_end_bytes=rss),
+                   Phase(name="evaluate", kind="evaluate", start=built_at + 4, end=built_at + 5, steps=36,
+                         rss_end_bytes=rss + 4 * MIB)]
+    assert not {"memory_leak", "memory_plateau"} & set(findings(phases, events))
+    # The same rises with no model built between the calls: memory kept call after call.
+    assert "memory_leak" in findings(phases)
