@@ -133,7 +133,7 @@ def account(phases: list[Phase], summary: Summary, wall_seconds: float, cores_al
     if outside_wall > 0.1 * wall_seconds:
         lines.append(f"{format_seconds(outside_wall)} ({format_share(outside_wall, wall_seconds)}) and "
                      f"{max(outside_cpu, 0.0):.2f} CPU-s were outside any phase: the interpreter's start, "
-                     "other imports and your own code between TensorFlow calls.")
+                     "other imports and your own code between the framework's calls.")
     teardown = shutdown(events, summary.cpu_seconds, wall_seconds)
     if teardown and teardown[1] > 0.1 * summary.cpu_seconds:
         lines.append(f"After the job's last line, shutting Python and its frameworks down took "
