@@ -10,8 +10,8 @@ from rich.table import Table
 from tensorgauge.analyse.memory_breakdown import describe as describe_memory
 from tensorgauge.analyse.run_list import Listing
 from tensorgauge.analyse.run_report import RunReport
-from tensorgauge.hook.protocol import Kind
-from tensorgauge.model import Event, Finding, Phase, RunRecord, Sample, shown_metrics
+from tensorgauge.hook.protocol import JobError
+from tensorgauge.model import Event, Finding, Phase, RunRecord, Sample, payloads, shown_metrics
 from tensorgauge.render.phase_columns import phase_columns
 from tensorgauge.render.text import safe, sampled_figures
 from tensorgauge.render.verdict import account_lines, input_line, wall_seconds
@@ -170,7 +170,7 @@ def render_budget(console: Console, budget: dict) -> None:
 
 def ended_by(events: list[Event]) -> str | None:
     """'ValueError: the message' of the exception that ended the job (its ``job_error``), else None."""
-    error = next((e.data for e in reversed(events) if e.kind == Kind.JOB_ERROR), None)
+    error = next(iter(payloads(reversed(events), JobError)), None)
     if error is None:
         return None
     message = str(error.get("message") or "").strip()
