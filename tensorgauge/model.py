@@ -196,6 +196,9 @@ class RunRecord(Record):
     parent_run_id: str | None = declared("text?", source="the run this one is a trial of, listed under it by "
                                          "'runs': --try-fixes' first run, or a pytest --tensorgauge session's "
                                          "first test", default=None)
+    exports: dict[str, Any] | None = declared("object?", "exports", "what each exporter that counts its losses "
+                                              "(--otlp) lost, as it closed after the run: {name: {\"dropped\": n}}; "
+                                              "null: none ran", default=None)
 
 
 # The parts of RunRecord.env and RunRecord.budget that tensorgauge reads (other keys are kept, never read).
