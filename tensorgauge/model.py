@@ -10,8 +10,11 @@ are all derived from these declarations (see :mod:`tensorgauge.checks`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, Literal, TypeVar
+
+from tensorgauge.hook.protocol import P, as_payload, kind_of
 
 RUN_SCHEMA = "tensorgauge.run/1"
 
@@ -139,6 +142,17 @@ class Event(Record):
     kind: str = declared("text", source="tensorgauge.hook.protocol.Kind")
     data: dict[str, Any] = declared("object", source="tensorgauge.hook.protocol.PAYLOADS", default_factory=dict)
 
+    def read(self, payload: type[P]) -> P:
+        """``data`` read as ``payload``, the TypedDict :mod:`~tensorgauge.hook.protocol` declares for this
+        event's kind: its keys are checked by the type checker, so a field is named in one place."""
+        return as_payload(self.data, payload)
+
+
+def payloads(events: Iterable[Event], payload: type[P]) -> list[P]:
+    """The data of each of ``events`` whose kind declares ``payload``, in order, typed as it."""
+    kind = kind_of(payload)
+    return [as_payload(e.data, payload) for e in events if e.kind == kind]
+
 
 @dataclass
 class RunRecord(Record):
@@ -182,6 +196,9 @@ class RunRecord(Record):
     parent_run_id: str | None = declared("text?", source="the run this one is a trial of, listed under it by "
                                          "'runs': --try-fixes' first run, or a pytest --tensorgauge session's "
                                          "first test", default=None)
+    exports: dict[str, Any] | None = declared("object?", "exports", "what each exporter that counts its losses "
+                                              "(--otlp) lost, as it closed after the run: {name: {\"dropped\": n}}; "
+                                              "null: none ran", default=None)
 
 
 # The parts of RunRecord.env and RunRecord.budget that tensorgauge reads (other keys are kept, never read).

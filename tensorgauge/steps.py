@@ -22,7 +22,13 @@ from __future__ import annotations
 import base64
 import heapq
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from tensorgauge.hook.protocol import StepDigest as DigestPayload
+from tensorgauge.hook.protocol import Steps
+
+if TYPE_CHECKING:
+    from tensorgauge.model import Event
 
 FIRST_STEPS = 100
 SLOWEST_STEPS = 10
@@ -134,7 +140,7 @@ class StepDigest:
                 "sketch": base64.b64encode(DDSketchProto.to_proto(self.sketch).SerializeToString()).decode()}
 
     @classmethod
-    def from_payload(cls, data: dict[str, Any]) -> StepDigest:
+    def from_payload(cls, data: DigestPayload) -> StepDigest:
         """The digest of a ``step_digest`` payload; ValueError when it cannot be read."""
         from ddsketch.pb.ddsketch_pb2 import DDSketch as DDSketchMessage
 
@@ -146,7 +152,8 @@ class StepDigest:
                 digest.sketch = _sketch_from_proto(message)
             digest.count = int(data.get("count") or 0)
             digest.seconds_sum = float(data.get("seconds_sum") or 0.0)
-            digest.seconds_min = float(data["seconds_min"]) if data.get("seconds_min") is not None else math.inf
+            least = data.get("seconds_min")
+            digest.seconds_min = float(least) if least is not None else math.inf
             digest.seconds_max = float(data.get("seconds_max") or 0.0)
             digest.first = [(_nan(e), float(s)) for e, s in zip(data.get("first_ends") or [],
                                                                 data.get("first_seconds") or [])]
@@ -197,23 +204,24 @@ def _nan(value: Any) -> float:
     return math.nan if value is None else float(value)
 
 
-def digest_steps(events: list) -> list:
+def digest_steps(events: list[Event]) -> list[Event]:
     """``events`` with the raw ``steps`` events (a run recorded by an older version) replaced by one
     ``step_digest`` event per phase, at the end (its t: the phase's last steps event)."""
     from tensorgauge.hook.protocol import Kind
     from tensorgauge.model import Event
 
-    kept: list = []
+    kept: list[Event] = []
     digests: dict[tuple, StepDigest] = {}
     last_t: dict[tuple, float] = {}
     for event in events:
         if event.kind != Kind.STEPS:
             kept.append(event)
             continue
-        key = (event.pid, event.data.get("phase"))
+        steps = event.read(Steps)
+        key = (event.pid, steps.get("phase"))
         digest = digests.setdefault(key, StepDigest(key[1]))
-        seconds = [x for x in event.data.get("seconds") or () if isinstance(x, (int, float))]
-        ends = event.data.get("ends")
+        seconds = [x for x in steps.get("seconds") or () if isinstance(x, (int, float))]
+        ends = steps.get("ends")
         digest.add(seconds, ends if isinstance(ends, list) and len(ends) == len(seconds) else None)
         last_t[key] = event.t
     return kept + [Event(t=last_t[key], pid=key[0], kind=Kind.STEP_DIGEST, data=digest.to_payload())

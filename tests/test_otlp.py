@@ -88,6 +88,13 @@ def tensorgauge_run(tmp_path, *options, job):
     return done, json.loads(json_path.read_text())
 
 
+def show(tmp_path, *options) -> str:
+    """``tensorgauge show last`` of the store in ``tmp_path``, read after the run ended."""
+    return subprocess.run([PY, "-m", "tensorgauge", "show", "last", "--store", str(tmp_path / "runs.db"), *options],
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                          check=True).stdout
+
+
 @pytest.fixture(scope="module")
 def fit_run(tmp_path_factory):
     """One small real Keras job under ``--otlp`` for the whole module."""
@@ -96,9 +103,7 @@ def fit_run(tmp_path_factory):
     done, report = tensorgauge_run(tmp, "--otlp", receiver.url, job=FIT_JOB)
     receiver.server.shutdown()
     assert done.returncode == 0, done.stderr[-2000:]
-    shown = subprocess.run([PY, "-m", "tensorgauge", "show", "last", "--store", str(tmp / "runs.db"), "--json"],
-                           env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, check=True)
-    return receiver, report, json.loads(shown.stdout), done.stderr
+    return receiver, report, json.loads(show(tmp, "--json")), done.stderr
 
 
 def spans_of(receiver):
@@ -113,7 +118,7 @@ def spans_of(receiver):
 @needs_tf
 @pytest.mark.tf
 def test_the_metrics_arrive_while_the_job_runs(fit_run):
-    receiver, report, _, stderr = fit_run
+    receiver, report, shown, stderr = fit_run
     from datetime import datetime
 
     job_end = datetime.fromisoformat(report["started_at"]).timestamp() + report["wall_seconds"]
@@ -124,7 +129,7 @@ def test_the_metrics_arrive_while_the_job_runs(fit_run):
              for m in sm.metrics}
     assert {"tensorgauge.rss_bytes", "tensorgauge.cores_busy", "tensorgauge.threads"} <= names
     assert f"OpenTelemetry metrics and trace to {receiver.url}" in stderr
-    assert report["exports"] == {"otlp": {"dropped": 0}}
+    assert report["exports"] == shown["exports"] == {"otlp": {"dropped": 0}}
 
 
 @needs_tf
@@ -173,5 +178,10 @@ def test_with_the_collector_gone_the_job_ends_as_it_would_and_the_drops_are_told
     assert dropped >= 2  # metrics while it ran and at the end, and the trace
     assert f"otlp: {dropped} export(s) dropped" in done.stderr
     assert "Traceback" not in done.stderr
+    # Kept with the run: `show` says it once the run has ended, beside the job's own exit code.
+    shown = json.loads(show(tmp_path, "--json"))
+    assert shown["exports"] == {"otlp": {"dropped": dropped}} and shown["exit_code"] == 3
+    assert f"exports dropped (nothing took them; the job was not held up): otlp {dropped}" in show(tmp_path)
     bare, bare_report = tensorgauge_run(tmp_path, "--no-hook", job=job)
-    assert bare.returncode == 3 and "exports" not in bare_report
+    assert bare.returncode == 3 and bare_report["exports"] is None
+    assert json.loads(show(tmp_path, "--json"))["exports"] is None and "exports dropped" not in show(tmp_path)

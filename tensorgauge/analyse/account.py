@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tensorgauge.analyse.phases import top_level
-from tensorgauge.hook.protocol import BATCH_TRIAL_PHASE, TRAIN_LOOP, Kind
+from tensorgauge.hook.protocol import BATCH_TRIAL_PHASE, TRAIN_LOOP, Exit, Kind
 from tensorgauge.model import Event, Phase, Summary
 from tensorgauge.units import format_bytes, format_seconds, format_share
 
@@ -66,9 +66,10 @@ def shutdown(events: Sequence[Event], cpu_total: float, wall_seconds: float) -> 
     the process's end; only for a single hooked process, where it is exact."""
     exits = [e for e in events if e.kind == Kind.EXIT]
     pids = {e.pid for e in events}
-    if len(exits) != 1 or len(pids) != 1 or exits[0].data.get("cpu") is None:
+    cpu = exits[0].read(Exit).get("cpu") if len(exits) == 1 else None
+    if len(pids) != 1 or cpu is None:
         return None
-    return max(0.0, wall_seconds - exits[0].t), max(0.0, cpu_total - exits[0].data["cpu"])
+    return max(0.0, wall_seconds - exits[0].t), max(0.0, cpu_total - cpu)
 
 
 MODULE_WORDS = {"tensorflow": "TensorFlow", "keras": "Keras", "jax": "JAX", "torch": "PyTorch"}

@@ -17,7 +17,8 @@ from typing import Any, TypeGuard
 from tensorgauge.analyse.bench import bench_results
 from tensorgauge.analyse.job_changes import format_value, job_changes
 from tensorgauge.analyse.placement import gpus_seen
-from tensorgauge.hook.protocol import Kind
+from tensorgauge.hook.protocol import FitConfig
+from tensorgauge.model import payloads
 
 SIGNIFICANT = 1.10  # a result that changed by 10% or more (either way) needs an explanation
 COMPUTE = ("numpy", "tf_ops", "keras", "tf_data", "fit", "evaluate", "predict")
@@ -77,7 +78,7 @@ def _backend(side: Side):
 
 def _step_compile(side: Side) -> str | None:
     """How the first fit's (or custom loop's) step runs, in the words of its backend."""
-    config = next((e.data for e in side.report.events if e.kind == Kind.FIT_CONFIG), None)
+    config = next(iter(payloads(side.report.events, FitConfig)), None)
     if config is None:
         return None
     if config.get("loop"):

@@ -19,13 +19,17 @@ from tensorgauge.hook.protocol import (
     SMALL_BATCH,
     SMALL_STEP_SECONDS,
     TRAIN_LOOP,
+    EagerGradients,
+    EagerProbe,
     FitConfig,
     Kind,
+    LoopInput,
     PredictProbe,
     SpeProbe,
+    Trace,
     XlaProbe,
 )
-from tensorgauge.model import Event, Finding, Phase, Severity
+from tensorgauge.model import Event, Finding, Phase, Severity, payloads
 from tensorgauge.series import SampleSeries
 from tensorgauge.units import format_bytes
 
@@ -73,29 +77,29 @@ def eager_execution(config: FitConfig | None, fit: Phase | None, events: list[Ev
                 "Keep eager mode for debugging only.",
             expected_gain="not measured in this run: tensorgauge run --try-fixes times it (no_eager); graph execution was "
                           "18.6x faster on tensorgauge's eager scenario")
-    eager = [e.data for e in events if e.kind == Kind.EAGER_GRADIENTS]
+    eager = payloads(events, EagerGradients)
     if fit is not None and fit.name != TRAIN_LOOP or not eager:
         return None
     last = max(eager, key=lambda d: d.get("count", 0))
     if last.get("count", 0) < EAGER_GRADIENTS:
         return None
-    per_second = last["count"] / last["seconds"] if last.get("seconds") else None
-    evidence = {"eager_gradient_calls": last["count"], "seconds": round(last.get("seconds") or 0.0, 3),
+    count, seconds = last.get("count", 0), last.get("seconds")
+    per_second = count / seconds if seconds else None
+    evidence = {"eager_gradient_calls": count, "seconds": round(seconds or 0.0, 3),
                 "steps_per_second": round(per_second, 1) if per_second else None}
     return Finding(
         id="eager_execution", severity="high",
-        title=f"A custom training loop runs eagerly: GradientTape.gradient ran {last['count']}+ times outside "
+        title=f"A custom training loop runs eagerly: GradientTape.gradient ran {count}+ times outside "
               "tf.function",
         evidence=evidence,
         fix="Decorate the training step (the function that opens the GradientTape and applies the gradients) "
             "with @tf.function, so each step runs as one compiled graph; keep batch shapes fixed "
             "(drop_remainder=True) so it traces once.",
-        expected_gain=_eager_gain(next((e.data for e in events if e.kind == Kind.EAGER_PROBE), None),
-                                  next((e.data for e in reversed(events) if e.kind == Kind.LOOP_INPUT), None),
-                                  fit, evidence))
+        expected_gain=_eager_gain(next(iter(payloads(events, EagerProbe)), None),
+                                  next(iter(payloads(reversed(events), LoopInput)), None), fit, evidence))
 
 
-def _eager_gain(probe: dict | None, loop: dict | None, fit: Phase | None, evidence: dict) -> str:
+def _eager_gain(probe: EagerProbe | None, loop: LoopInput | None, fit: Phase | None, evidence: dict) -> str:
     """The gain of tf.function as the eager probe measured it on the loop's model (evidence filled in):
     the step less its wait in next() sped up by the probe's ratio (the loss and metrics, which the
     probe leaves out, are eager ops too)."""
@@ -124,7 +128,7 @@ LIBRARY_FUNCTIONS = ("Dataset_", "one_step_on_", "multi_step_on_", "train_functi
                      "predict_function")
 
 
-def _user_trace(data: dict) -> bool:
+def _user_trace(data: Trace) -> bool:
     if "origin" in data:
         return data["origin"] == "user"
     return not str(data.get("function", "")).startswith(LIBRARY_FUNCTIONS)
@@ -134,10 +138,10 @@ def retracing(events: list[Event]) -> Finding | None:
     """A tf.function of the user's code traced more than :data:`RETRACES_MODERATE` times: one
     instance traced again and again (new shapes, Python arguments), or a new instance made at
     each call (a tf.function created inside a loop or a function)."""
-    groups: dict[tuple[str, str | None], list[dict]] = {}
-    for e in events:
-        if e.kind == Kind.TRACE and _user_trace(e.data):
-            groups.setdefault((str(e.data.get("function", "?")), e.data.get("where")), []).append(e.data)
+    groups: dict[tuple[str, str | None], list[Trace]] = {}
+    for trace in payloads(events, Trace):
+        if _user_trace(trace):
+            groups.setdefault((str(trace.get("function", "?")), trace.get("where")), []).append(trace)
     worst = sorted(((key, traces) for key, traces in groups.items() if len(traces) > RETRACES_MODERATE),
                    key=lambda item: -len(item[1]))
     if not worst:
@@ -146,7 +150,7 @@ def retracing(events: list[Event]) -> Finding | None:
     n = len(traces)
     instances = sum(1 for d in traces if d.get("instance_trace", 1) == 1)
     seconds = sum(d.get("seconds") or 0.0 for d in traces)
-    grown = [d["rss_delta_bytes"] for d in traces if d.get("rss_delta_bytes") is not None]
+    grown = [b for b in (d.get("rss_delta_bytes") for d in traces) if b is not None]
     memory = sum(b for b in grown if b > 0)
     at = f" ({where})" if where else ""
     evidence: dict = {"traces": {f"{k[0]} ({k[1]})" if k[1] else k[0]: len(v) for k, v in worst},

@@ -18,7 +18,7 @@ from __future__ import annotations
 from tensorgauge.analyse.input_split import backend_input_wait, fit_input, loop_verdict, rounds_verdict
 from tensorgauge.analyse.phases import cpu_at
 from tensorgauge.analyse.rules import RunFacts, rule
-from tensorgauge.hook.protocol import INPUT_HIGH, INPUT_MODERATE, TRAIN_LOOP, FitConfig, Kind, LoopInput
+from tensorgauge.hook.protocol import INPUT_HIGH, INPUT_MODERATE, TRAIN_LOOP, FitConfig, FitInput, Kind, LoopInput
 from tensorgauge.model import Finding, Phase
 
 SATURATED = 0.85  # cores busy / cores allowed at which more parallelism cannot help
@@ -213,7 +213,7 @@ BACKEND_INPUT_FIX = (
     "workers=N{torch}.")
 
 
-def backend_input_bound(timed: dict, fit: Phase, allowed: float) -> Finding | None:
+def backend_input_bound(timed: FitInput, fit: Phase, allowed: float) -> Finding | None:
     """A fit on Keras' JAX or PyTorch backend waiting in Keras' data iterator: slicing and
     converting each batch into the backend's tensors, in the training thread."""
     step = fit.step_seconds_p50

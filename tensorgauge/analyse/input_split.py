@@ -10,11 +10,25 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Mapping
+from typing import Any
 
 from tensorgauge.analyse.epoch_starts import epoch_start_input
 from tensorgauge.analyse.phases import main_fit, step_digests
-from tensorgauge.hook.protocol import INPUT_MODERATE, TRAIN_LOOP, WINDOW_START, Kind, LoopInput, as_payload, one_line
-from tensorgauge.model import Event, Phase
+from tensorgauge.hook.protocol import (
+    INPUT_MODERATE,
+    TRAIN_LOOP,
+    WINDOW_START,
+    ComputeProbe,
+    FitInput,
+    InputAB,
+    InputProbe,
+    Kind,
+    LoopInput,
+    P,
+    one_line,
+)
+from tensorgauge.model import Event, Phase, payloads
 from tensorgauge.steps import StepDigest
 
 
@@ -22,13 +36,14 @@ def _median(values) -> float | None:
     return round(statistics.median(values), 7) if values else None
 
 
-def _first(events: list[Event], kind: str) -> dict | None:
-    return next((e.data for e in events if e.kind == kind), None)
+def _first(events: list[Event], payload: type[P]) -> P | None:
+    return next(iter(payloads(events, payload)), None)
 
 
-def _per_step(window: dict, key: str) -> float | None:
+def _per_step(window: InputProbe, key: str) -> float | None:
     """A window total per profiled step."""
-    total, steps = window.get(key), len(window.get("step_seconds") or [])
+    fields: Mapping[str, Any] = window  # ``key``: one of its totals
+    total, steps = fields.get(key), len(window.get("step_seconds") or [])
     return round(total / steps, 7) if total is not None and steps else None
 
 
@@ -53,7 +68,8 @@ def input_split(events: list[Event], phases: list[Phase], diagnosis: str | None 
         nested = [p for p in phases if fit.start <= p.start and p.end <= fit.end + 1e-6 and p is not fit]
         if digests is None:
             digests = list(step_digests(events).values())
-        own = [(e.t - a, e.t - b) for e in events if e.kind == Kind.INPUT_AB for a, b in e.data.get("excursions_before") or []]
+        own = [(e.t - a, e.t - b) for e in events if e.kind == Kind.INPUT_AB
+               for a, b in e.read(InputAB).get("excursions_before") or []]
         paid = epoch_start_input(fit, epochs, digests, nested, own)
         if paid and paid["epochs"]:
             split["epoch_start_input"] = paid
@@ -65,8 +81,7 @@ def _step_split(events: list[Event], phases: list[Phase], diagnosis: str | None)
     fit = main_fit(phases)
     if fit is None:
         return None
-    loop = next((as_payload(e.data, LoopInput) for e in reversed(events) if e.kind == Kind.LOOP_INPUT),
-                None)  # the latest sums
+    loop = _first(events[::-1], LoopInput)  # the latest sums
     if loop is not None and fit.name == TRAIN_LOOP:
         return _loop_split(loop)
     timed = fit_input(events, fit)
@@ -74,14 +89,14 @@ def _step_split(events: list[Event], phases: list[Phase], diagnosis: str | None)
         return _backend_split(timed, fit)
     # The A/B that measured (a short warm-up fit may have skipped it, and a later fit measured it); else
     # why the last fit that tried (the longest) did not.
-    tried = [e.data for e in events if e.kind == Kind.INPUT_AB]
+    tried = payloads(events, InputAB)
     measured = [d for d in tried if d.get("real_step_seconds")]
     in_rounds = [d for d in measured if not d.get("after_fit")]  # preferred to a short fit's steps after it
     ab = in_rounds[0] if in_rounds else measured[0] if measured else tried[-1] if tried else None
-    window = _first(events, Kind.INPUT_PROBE)
+    window = _first(events, InputProbe)
     if ab is None:
         if window is not None and window.get("step_seconds"):  # a run recorded before the A/B
-            return _window_split(window, _first(events, Kind.COMPUTE_PROBE))
+            return _window_split(window, _first(events, ComputeProbe))
         why = (NOT_RUN.get(diagnosis, NOT_RUN[None]) if (fit.steps or 0) > WINDOW_START else
                f"the fit ran {fit.steps} steps, fewer than the {WINDOW_START + 1} the A/B waits for" if fit.steps
                else f"no step of the fit was recorded (the A/B waits for {WINDOW_START + 1})")
@@ -116,7 +131,7 @@ OUTVOTING_ROUNDS, MAJORITY_ROUNDS = 5, 4
 MAJORITY = 0.6  # of the rounds, for a pooled share of four times the threshold
 
 
-def ab_verdict(ab: dict) -> dict:
+def ab_verdict(ab: InputAB) -> dict:
     """What the A/B's rounds say: the real and compute-only step (medians over every round), input's
     share of the step, the lowest and highest share of any round, and whether the cost is established:
     at least :data:`INPUT_MODERATE` of the step, and the rounds bear that out. Either their mean share
@@ -217,7 +232,7 @@ def _clear_of(shares: list[float], threshold: float) -> bool:
     return spread > 0 and excess / (spread / len(shares) ** 0.5) >= T_CRITICAL.get(len(shares) - 1, 2.36)
 
 
-def _window_split(window: dict, probe: dict | None) -> dict:
+def _window_split(window: InputProbe, probe: ComputeProbe | None) -> dict:
     """A run recorded before the A/B: its profiler window and compute-only probe."""
     step, wait = _median(window.get("step_seconds")), _median(window.get("get_next_seconds"))
     split: dict = {"measured": True, "measured_by": "profiler window", "steps": len(window.get("step_seconds") or []),
@@ -233,13 +248,13 @@ def _window_split(window: dict, probe: dict | None) -> dict:
     return split
 
 
-def fit_input(events: list[Event], fit: Phase) -> dict | None:
+def fit_input(events: list[Event], fit: Phase) -> FitInput | None:
     """The ``fit_input`` event of ``fit`` (a fit on Keras' JAX or PyTorch backend), if any."""
-    return next((e.data for e in events if e.kind == Kind.FIT_INPUT and fit.start - 1e-6 <= e.t <= fit.end + 1e-6
-                 and (e.data.get("batches") or 0) >= 2), None)
+    return next((timed for e in events if e.kind == Kind.FIT_INPUT and fit.start - 1e-6 <= e.t <= fit.end + 1e-6
+                 and ((timed := e.read(FitInput)).get("batches") or 0) >= 2), None)
 
 
-def backend_input_wait(timed: dict, fit: Phase) -> float:
+def backend_input_wait(timed: FitInput, fit: Phase) -> float:
     """Seconds a step of ``fit`` waited in Keras' data iterator: the batches after the first (which
     starts the iterator; Keras' build of the model reads it), as many per step as the fit took."""
     later = timed["batches"] - 1
@@ -268,7 +283,7 @@ def rounds_verdict(rounds: list[list[float]]) -> dict | None:
             "established": established, "verdict": verdict}
 
 
-def _backend_split(timed: dict, fit: Phase) -> dict:
+def _backend_split(timed: FitInput, fit: Phase) -> dict:
     step, wait = fit.step_seconds_p50, round(backend_input_wait(timed, fit), 7)
     split = {"measured": True, "measured_by": f"next() on Keras' data iterator ({timed.get('backend')} backend)",
              "steps": fit.steps, "step_seconds": step, "input_wait_seconds": wait,

@@ -5,9 +5,11 @@ share of the step. ``check`` and ``compare`` both name these (pure)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tensorgauge.hook.protocol import Kind
+from tensorgauge.hook.protocol import FitConfig, MemoryFacts
+from tensorgauge.model import payloads
 from tensorgauge.units import format_bytes
 
 if TYPE_CHECKING:
@@ -31,16 +33,14 @@ STAGES = {"_PrefetchDataset": ("prefetch", None), "_ParallelMapDataset": ("map",
 MOVES_SHOWN = 3  # stages that changed places, named at most
 
 
-def fit_config(side: Side) -> dict:
+def fit_config(side: Side) -> FitConfig:
     """The first fit's config (else the custom loop's)."""
-    events = side.report.events
-    return next((e.data for e in events if e.kind == Kind.FIT_CONFIG and not e.data.get("loop")), None) \
-        or next((e.data for e in events if e.kind == Kind.FIT_CONFIG), {})
+    configs = payloads(side.report.events, FitConfig)
+    return next((c for c in configs if not c.get("loop")), None) or next(iter(configs), FitConfig())
 
 
 def _weights(side: Side) -> int | None:
-    found = [e.data.get("weights_bytes") for e in side.report.events
-             if e.kind == Kind.MEMORY_FACTS and e.data.get("weights_bytes")]
+    found = [w for w in (f.get("weights_bytes") for f in payloads(side.report.events, MemoryFacts)) if w]
     return found[-1] if found else None
 
 
@@ -61,7 +61,7 @@ def format_value(v: Any) -> str:
     return str(v)
 
 
-def stages(config: dict) -> list[tuple[str, str | None]]:
+def stages(config: FitConfig) -> list[tuple[str, str | None]]:
     """The pipeline's stages in the order the data goes through them (as the code chains them), each
     (what it does, its parallel option or None)."""
     return [STAGES.get(s, (s.strip("_").removesuffix("Dataset").lower(), None))
@@ -97,9 +97,12 @@ def job_changes(a: Side, b: Side) -> list[str]:
     """What changed in the job between ``a`` and ``b``, most direct first, one sentence each."""
     out = []
     ca, cb = fit_config(a), fit_config(b)
+    config_a: Mapping[str, object] = ca  # read by the keys in CONFIG
+    config_b: Mapping[str, object] = cb
     for key, label in CONFIG:
-        if key in ca and key in cb and ca[key] != cb[key] and not (ca[key] is None or cb[key] is None):
-            out.append(f"{label}: {format_value(ca[key])} -> {format_value(cb[key])}")
+        if key in config_a and key in config_b and config_a[key] != config_b[key] \
+                and not (config_a[key] is None or config_b[key] is None):
+            out.append(f"{label}: {format_value(config_a[key])} -> {format_value(config_b[key])}")
     sa, sb = stages(ca), stages(cb)
     if sa and sb and sa != sb:
         out.append(f"the input pipeline changed: {pipeline_change(sa, sb)}")

@@ -10,8 +10,8 @@ import numpy as np
 from tensorgauge.analyse.memory_breakdown import LABELS, describe, post_mortem
 from tensorgauge.analyse.phases import model_calls
 from tensorgauge.analyse.rules import RunFacts, rule
-from tensorgauge.hook.protocol import Kind
-from tensorgauge.model import Event, Finding, Phase
+from tensorgauge.hook.protocol import Dataset, Kind, ModelsBuilt
+from tensorgauge.model import Event, Finding, Phase, payloads
 from tensorgauge.series import SampleSeries
 from tensorgauge.units import format_bytes
 
@@ -37,12 +37,12 @@ def peak_phase(phases: list[Phase], t: float | None) -> Phase | None:
     return max(inside, key=lambda p: p.start) if inside else None
 
 
-def _datasets(events: list[Event]) -> tuple[int, list[dict]]:
+def _datasets(events: list[Event]) -> tuple[int, list[Dataset]]:
     """(bytes given to from_tensor_slices, shuffles whose buffer holds the whole data set)."""
-    sliced = sum(int(e.data.get("bytes") or 0) for e in events
-                 if e.kind == Kind.DATASET and e.data.get("op") == "from_tensor_slices")
-    whole = [e.data for e in events if e.kind == Kind.DATASET and e.data.get("op") == "shuffle"
-             and (e.data.get("elements") or 0) > 0 and e.data.get("buffer_size", 0) >= e.data["elements"]]
+    datasets = payloads(events, Dataset)
+    sliced = sum(int(d.get("bytes") or 0) for d in datasets if d.get("op") == "from_tensor_slices")
+    whole = [d for d in datasets if d.get("op") == "shuffle"
+             and (elements := d.get("elements") or 0) > 0 and d.get("buffer_size", 0) >= elements]
     return sliced, whole
 
 
@@ -121,7 +121,7 @@ def dataset_in_memory(f: RunFacts) -> Finding | None:
     peak = _peak_sample(f.samples)
     # What a shuffle buffer holding the whole data set adds: counted by the hook (slices of the sliced
     # tensor are shared, not copied), else estimated from the arrays (runs recorded before 0.2).
-    extra = sum(int(d["holds_bytes"]) if d.get("holds_bytes") is not None
+    extra = sum(int(holds) if (holds := d.get("holds_bytes")) is not None
                 else int(d["buffer_size"] / d["elements"] * sliced) for d in whole_shuffles)
     return Finding(
         id="dataset_in_memory", severity="moderate",
@@ -255,21 +255,24 @@ def out_of_memory(f: RunFacts) -> Finding | None:
 
 def _models_since_clear(events: list[Event]) -> tuple[int, int | None] | None:
     """(models built since the last clear_session(), RSS growth over them) from models_built events."""
-    built = [e for e in events if e.kind == Kind.MODELS_BUILT
-             and isinstance(e.data.get("count"), int) and isinstance(e.data.get("since_clear"), int)]
+    built: list[tuple[int, int, int | None]] = []  # (count, since_clear, rss) of each event that has both counts
+    for data in payloads(events, ModelsBuilt):
+        count, since_clear = data.get("count"), data.get("since_clear")
+        if isinstance(count, int) and isinstance(since_clear, int):
+            built.append((count, since_clear, data.get("rss")))
     if not built:
         return None
     last = built[-1]
     # The events since the last clear: since_clear rises with count between them.
     run = [last]
-    for e in reversed(built[:-1]):
-        if last.data["count"] - e.data["count"] != last.data["since_clear"] - e.data["since_clear"]:
+    for before in reversed(built[:-1]):
+        if last[0] - before[0] != last[1] - before[1]:
             break
-        run.insert(0, e)
-    first = run[0].data.get("rss")
-    if len(run) < 2 or first is None or last.data.get("rss") is None:
-        return last.data["since_clear"], None
-    return last.data["since_clear"], last.data["rss"] - first
+        run.insert(0, before)
+    first, rss = run[0][2], last[2]
+    if len(run) < 2 or first is None or rss is None:
+        return last[1], None
+    return last[1], rss - first
 
 
 @rule("memory_leak", "memory_plateau", category="memory", after=("retracing",), version=2)
@@ -351,7 +354,7 @@ def models_not_cleared(f: RunFacts) -> Finding | None:
         severity="moderate" if grown and grown >= MODELS_HELD_MODERATE else "low",
         title=f"{count} Keras models were built in one process without clear_session(){held}",
         evidence={"models_since_clear": count, "rss_growth_bytes": grown,
-                  "clear_session_calls": f.of_kind(Kind.MODELS_BUILT)[-1].data.get("clears") or 0},
+                  "clear_session_calls": f.payloads(ModelsBuilt)[-1].get("clears") or 0},
         fix="Call keras.backend.clear_session() before building each new model (in a sweep, a loop of "
             "experiments, cross-validation), or build the model once and reset its weights.",
         expected_gain=f"about {format_bytes(grown)} of memory back" if grown and grown > 0

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from tensorgauge.hook.protocol import Kind
-from tensorgauge.model import Event, Phase, RunRecord
+from tensorgauge.hook.protocol import BatchSearch, BatchTrial, Dataset, JobError, Kind, MemoryFacts, PhaseEnd
+from tensorgauge.model import Event, Phase, RunRecord, payloads
 from tensorgauge.series import SampleSeries
 from tensorgauge.units import format_bytes
 
@@ -58,19 +58,21 @@ class Holders:
     """What the hook counted in a run, indexed by time once (a run may have thousands of phases)."""
 
     def __init__(self, events: list[Event], phases: list[Phase]):
-        self.facts: list[tuple[float, dict, float | None, int | None]] = []  # (t, payload, its fit's end, epoch peak)
+        self.facts: list[tuple[float, MemoryFacts, float | None, int | None]] = []  # (t, payload, fit's end, epoch peak)
         self.allocators: list[tuple[float, list[dict]]] = []
-        self.datasets: list[Event] = []
+        self.datasets: list[tuple[float, Dataset]] = []
         for e in sorted(events, key=lambda e: e.t):
             if e.kind == Kind.MEMORY_FACTS:
-                if "weights_bytes" in e.data:
+                facts = e.read(MemoryFacts)
+                if "weights_bytes" in facts:
                     fit, epoch = _innermost(e.t, phases, "fit"), _innermost(e.t, phases, "epoch")
-                    self.facts.append((e.t, e.data, fit.end if fit else None,
+                    self.facts.append((e.t, facts, fit.end if fit else None,
                                        epoch.rss_peak_bytes if epoch and epoch.rss_peak_bytes else None))
-                if e.data.get("gpu_allocators"):
-                    self.allocators.append((e.t, e.data["gpu_allocators"]))
+                allocators = facts.get("gpu_allocators")
+                if allocators:
+                    self.allocators.append((e.t, allocators))
             elif e.kind == Kind.DATASET and not _inside(e.t, phases, KERAS_CALLS):
-                self.datasets.append(e)
+                self.datasets.append((e.t, e.read(Dataset)))
         self._facts_t = [f[0] for f in self.facts]
         self._allocators_t = [a[0] for a in self.allocators]
 
@@ -79,18 +81,19 @@ class Holders:
         buffers, the buffers) of the pipelines the job built by ``t`` (Keras' own, built inside its
         calls, left out)."""
         sliced, held, buffers = 0, 0, []
-        for e in self.datasets:
-            if e.t > t:
+        for at, dataset in self.datasets:
+            if at > t:
                 break
-            if e.data.get("op") == "from_tensor_slices":
-                sliced += int(e.data.get("bytes") or 0) + int(e.data.get("copied_bytes") or 0)
-            elif e.data.get("holds_bytes"):
-                held += int(e.data["holds_bytes"])
-                buffers.append({"op": e.data.get("op"), "bytes": int(e.data["holds_bytes"]),
-                                "buffer_size": e.data.get("buffer_size"), "elements": e.data.get("elements")})
+            holds = dataset.get("holds_bytes")
+            if dataset.get("op") == "from_tensor_slices":
+                sliced += int(dataset.get("bytes") or 0) + int(dataset.get("copied_bytes") or 0)
+            elif holds:
+                held += int(holds)
+                buffers.append({"op": dataset.get("op"), "bytes": int(holds),
+                                "buffer_size": dataset.get("buffer_size"), "elements": dataset.get("elements")})
         return sliced, held, buffers
 
-    def values(self, t: float, rss_bytes: int) -> tuple[dict[str, int | None], dict | None, list[dict]]:
+    def values(self, t: float, rss_bytes: int) -> tuple[dict[str, int | None], MemoryFacts | None, list[dict]]:
         """(each of :data:`COMPONENTS` at ``t``, None where not known; the facts; the GPU allocators)."""
         values: dict[str, int | None] = dict.fromkeys(COMPONENTS)
         i = bisect.bisect_right(self._facts_t, t) - 1
@@ -181,15 +184,28 @@ def job_error(events: list[Event]) -> Event | None:
     errors = [e for e in events if e.kind == Kind.JOB_ERROR]
     if errors:
         return errors[-1]
-    ended = [e for e in events if e.kind == Kind.PHASE_END and e.data.get("error") in OOM_ERRORS]
+    ended = [e for e in events if e.kind == Kind.PHASE_END and e.read(PhaseEnd).get("error") in OOM_ERRORS]
     return ended[-1] if ended else None
+
+
+def error_fields(error: Event) -> dict[str, str]:
+    """What :func:`job_error` found, its fields that are set: a ``job_error``'s type, module and message,
+    or the exception type a phase ended by (as ``error``)."""
+    if error.kind == Kind.JOB_ERROR:
+        raised = error.read(JobError)
+        found = {"type": raised.get("type"), "module": raised.get("module"), "message": raised.get("message")}
+    else:
+        found = {"error": error.read(PhaseEnd).get("error")}
+    return {k: v for k, v in found.items() if v}
 
 
 def raised_at(events: list[Event], error: Event) -> float:
     """When the error was raised: the end of the first phase it ended (the innermost), else when it
     reached the top of the job."""
-    name = error.data.get("type") or error.data.get("error")
-    ended = [e.t for e in events if e.kind == Kind.PHASE_END and e.data.get("error") == name and e.t <= error.t]
+    fields = error_fields(error)
+    name = fields.get("type") or fields.get("error")
+    ended = [e.t for e in events
+             if e.kind == Kind.PHASE_END and e.read(PhaseEnd).get("error") == name and e.t <= error.t]
     return min(ended) - 1e-6 if ended else error.t
 
 
@@ -199,8 +215,9 @@ def end_cause(record: RunRecord, events: list[Event]) -> str | None:
     if record.oom_killed and not (record.budget or {}).get("stopped"):
         return "oom_killer"
     error = job_error(events)
-    if error is not None and is_out_of_memory({"type": error.data.get("type") or error.data.get("error"),
-                                                "message": error.data.get("message")}):
+    fields = error_fields(error) if error is not None else None
+    if fields is not None and is_out_of_memory({"type": fields.get("type") or fields.get("error"),
+                                                 "message": fields.get("message")}):
         return "framework_oom"
     if (record.budget or {}).get("stopped"):
         return "budget"
@@ -258,8 +275,7 @@ def post_mortem(record: RunRecord, samples: SampleSeries, events: list[Event],
     breakdown = breakdown_at(t, rss, events, phases)
     holder = largest(breakdown) if breakdown else None
     return {"cause": cause, "t": round(t, 3), **_where(t, phases), "rss_bytes": rss,
-            "error": ({k: error.data.get(k) for k in ("type", "module", "message", "error") if error.data.get(k)}
-                      if error is not None else None),
+            "error": error_fields(error) if error is not None else None,
             "memory_breakdown": breakdown, "largest": holder,
             "fix": FIXES[holder] if holder else FIXES["step_working_bytes"]}
 
@@ -273,10 +289,10 @@ def describe(breakdown: dict[str, Any]) -> str:
 
 def batch_size_search(events: list[Event]) -> dict[str, Any] | None:
     """``--find-batch-size``'s result: the search and its trials (None when it did not run)."""
-    found = [e.data for e in events if e.kind == Kind.BATCH_SEARCH]
-    trials = [{k: e.data.get(k) for k in ("batch_size", "peak_bytes", "steps", "step_seconds",
-                                           "examples_per_second", "seconds", "error")}
-              for e in events if e.kind == Kind.BATCH_TRIAL]
+    found = payloads(events, BatchSearch)
+    trials = [{"batch_size": trial.get("batch_size"), "peak_bytes": trial.get("peak_bytes"), "steps": trial.get("steps"),
+               "step_seconds": trial.get("step_seconds"), "examples_per_second": trial.get("examples_per_second"),
+               "seconds": trial.get("seconds"), "error": trial.get("error")} for trial in payloads(events, BatchTrial)]
     if not found and not trials:
         return None
     result = {k: v for k, v in (found[-1] if found else {}).items() if k not in ("cpu", "rss")}

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from tensorgauge.analyse.phases import cpu_at, main_fit, seconds_outside
 from tensorgauge.analyse.rules import RunFacts, rule
-from tensorgauge.hook.protocol import Kind
+from tensorgauge.hook.protocol import InputAB, InputProbe, Kind, Trace
 from tensorgauge.model import Finding, Phase, Severity
 from tensorgauge.steps import StepDigest
 
@@ -41,7 +41,7 @@ def first_steps(fit: Phase, digests: list[StepDigest]) -> list[tuple[float, floa
                   if end is not None and fit.start <= end <= fit.end + 1e-6)
 
 
-def diagnosis_pauses(probes: list[dict], ends: list[float], excursions: list[list[float]] | None = None
+def diagnosis_pauses(probes: list[InputProbe], ends: list[float], excursions: list[list[float]] | None = None
                      ) -> list[tuple[float, float]]:
     """(from, to) of the pauses the diagnosis itself made: the A/B's compute-only excursions
     (``excursions``), starting the profiler, and stopping it and reading its trace (inside a
@@ -237,11 +237,12 @@ def _stalls(f: RunFacts) -> Finding | None:
     if f.fit is None:
         return None
     index = f.phases.index(f.fit)
-    probes = [e for e in f.of_kind(Kind.INPUT_PROBE) if not e.data.get("error")]
-    excursions = [[e.t - a, e.t - b] for e in f.of_kind(Kind.INPUT_AB) for a, b in e.data.get("excursions_before") or []]
-    own = diagnosis_pauses([e.data for e in probes], [e.t for e in probes], excursions)
+    probes = [(e.t, probe) for e in f.of_kind(Kind.INPUT_PROBE) if not (probe := e.read(InputProbe)).get("error")]
+    excursions = [[e.t - a, e.t - b] for e in f.of_kind(Kind.INPUT_AB)
+                  for a, b in e.read(InputAB).get("excursions_before") or []]
+    own = diagnosis_pauses([probe for _, probe in probes], [t for t, _ in probes], excursions)
     # A step that traced (and compiled) its function is start-up or retracing, not a stall.
-    own += [(e.t - float(e.data.get("seconds") or 0.0), e.t) for e in f.of_kind(Kind.TRACE)]
+    own += [(e.t - float(e.read(Trace).get("seconds") or 0.0), e.t) for e in f.of_kind(Kind.TRACE)]
     series = f.samples if len(f.samples) > 1 else None
     return stalls(f.fit, [p for p in f.phases if p.kind == "epoch" and p.parent == index], f.step_digests, own,
                   nested=[p for p in f.phases if f.fit.start <= p.start and p.end <= f.fit.end + 1e-6 and p is not f.fit],

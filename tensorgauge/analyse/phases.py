@@ -15,7 +15,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from tensorgauge.hook.protocol import TRAIN_LOOP, Kind
+from tensorgauge.hook.protocol import TRAIN_LOOP, Kind, PhaseBegin, PhaseEnd
+from tensorgauge.hook.protocol import StepDigest as DigestPayload
 from tensorgauge.model import PHASE_KINDS, Event, Phase, Sample
 
 if TYPE_CHECKING:  # numpy loads when phases are built, not for main_fit and top_level
@@ -52,11 +53,12 @@ def step_digests(events: list[Event]) -> dict[tuple[int, object], StepDigest]:
     for event in digest_steps(events):
         if event.kind != Kind.STEP_DIGEST:
             continue
+        payload = event.read(DigestPayload)
         try:
-            digest = StepDigest.from_payload(event.data)
+            digest = StepDigest.from_payload(payload)
         except ValueError:
             continue
-        key = (event.pid, event.data.get("phase"))
+        key = (event.pid, payload.get("phase"))
         if key in out:
             out[key].merge(digest)
         else:
@@ -88,7 +90,7 @@ def build_phases(events: list[Event], samples: SampleSeries | list[Sample], end:
     for event in events:
         kind_of_event = event.kind
         if kind_of_event == begin:
-            data = event.data
+            data = event.read(PhaseBegin)
             pid = event.pid
             kind = data.get("phase_kind")
             parent = data.get("parent")
@@ -99,17 +101,18 @@ def build_phases(events: list[Event], samples: SampleSeries | list[Sample], end:
             begin_cpu[len(phases)] = data.get("cpu")  # None: not known (a train loop recognised late)
             phases.append(phase)
         elif kind_of_event == end_kind:
-            data = event.data
-            index = index_of.get((event.pid, data.get("id")))
+            ended = event.read(PhaseEnd)
+            index = index_of.get((event.pid, ended.get("id")))
             if index is None:
                 continue
             phase = phases[index]
             phase.end = max(event.t, phase.start)
             phase.complete = True
-            phase.error = data.get("error")
-            phase.rss_end_bytes = data.get("rss")
-            if begin_cpu[index] is not None and data.get("cpu") is not None:
-                phase.cpu_seconds = max(0.0, data["cpu"] - begin_cpu[index])
+            phase.error = ended.get("error")
+            phase.rss_end_bytes = ended.get("rss")
+            began, cpu = begin_cpu[index], ended.get("cpu")
+            if began is not None and cpu is not None:
+                phase.cpu_seconds = max(0.0, cpu - began)
                 exact.add(index)
 
     for index, phase in enumerate(phases):

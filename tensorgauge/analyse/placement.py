@@ -15,7 +15,7 @@ from collections import defaultdict
 
 from tensorgauge.analyse.rules import RunFacts, rule
 from tensorgauge.hook.facts import short_device
-from tensorgauge.hook.protocol import Kind, Placement
+from tensorgauge.hook.protocol import InputProbe, Placement
 from tensorgauge.model import Finding
 from tensorgauge.units import format_bytes
 
@@ -238,11 +238,11 @@ def gpu_unused(f: RunFacts) -> Finding | None:
 def host_device_copies(f: RunFacts) -> Finding | None:
     if not gpus_seen(f.job):
         return None
-    probe = next((e.data for e in f.of_kind(Kind.INPUT_PROBE) if e.data.get("copies")), None)
+    probe = next((p for p in f.payloads(InputProbe) if p.get("copies")), None)
     if not probe:
         return None
     steps = max(1, len(probe.get("step_seconds") or []))
-    per_step = probe["copies"] / steps
+    per_step = probe.get("copies", 0) / steps
     if per_step < COPIES_PER_STEP:
         return None
     return Finding(

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, get_args
 
 from tensorgauge.analyse.phases import main_fit
-from tensorgauge.hook.protocol import TRAIN_LOOP, FitConfig, Kind, P, as_payload, kind_of
+from tensorgauge.hook.protocol import TRAIN_LOOP, FitConfig, Kind, P, kind_of
 from tensorgauge.model import Event, Finding, Phase, RunRecord, Severity, Summary
 from tensorgauge.series import SampleSeries
 from tensorgauge.steps import StepDigest
@@ -57,12 +57,12 @@ class RunFacts:
     @functools.cached_property
     def fit_config(self) -> FitConfig | None:
         """The config of the run's main training: a fit's, or the custom loop's (sent at its first step)."""
+        configs = [(e.t, e.read(FitConfig)) for e in self.of_kind(Kind.FIT_CONFIG)]
         if self.fit is not None and self.fit.name == TRAIN_LOOP:
-            return next((as_payload(e.data, FitConfig) for e in self.of_kind(Kind.FIT_CONFIG) if e.data.get("loop")),
-                        None)
-        found = [e for e in self.of_kind(Kind.FIT_CONFIG)
-                 if not e.data.get("loop") and (self.fit is None or e.t <= self.fit.start + 1e-6)]
-        return as_payload(found[-1].data, FitConfig) if found else None
+            return next((config for _, config in configs if config.get("loop")), None)
+        found = [config for t, config in configs
+                 if not config.get("loop") and (self.fit is None or t <= self.fit.start + 1e-6)]
+        return found[-1] if found else None
 
     @functools.cached_property
     def input_split(self) -> dict | None:
@@ -77,18 +77,18 @@ class RunFacts:
     def payloads(self, payload: type[P]) -> list[P]:
         """The data of every event whose kind declares ``payload`` (a TypedDict of :mod:`~tensorgauge.hook.protocol`),
         typed as it."""
-        return [as_payload(e.data, payload) for e in self.of_kind(kind_of(payload))]
+        return [e.read(payload) for e in self.of_kind(kind_of(payload))]
 
     def last(self, payload: type[P], before: float | None = None) -> P | None:
         """The data of the last event whose kind declares ``payload`` (at or before ``before``)."""
         found = [e for e in self.of_kind(kind_of(payload)) if before is None or e.t <= before + 1e-6]
-        return as_payload(found[-1].data, payload) if found else None
+        return found[-1].read(payload) if found else None
 
     def first_ok(self, payload: type[P]) -> P | None:
         """The data of the first event whose kind declares ``payload`` that reports a measurement (no error,
         not skipped)."""
-        return next((as_payload(e.data, payload) for e in self.of_kind(kind_of(payload))
-                     if not e.data.get("error") and not e.data.get("skipped")), None)
+        read = (e.read(payload) for e in self.of_kind(kind_of(payload)))
+        return next((data for data in read if not data.get("error") and not data.get("skipped")), None)
 
 
 Rule = Callable[[RunFacts], "Finding | Iterable[Finding] | None"]

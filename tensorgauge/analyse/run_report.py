@@ -38,9 +38,13 @@ class RunSource(Protocol):
     def save_analysis(self, run_id: str, key: str, doc: dict) -> None: ...
 
 
+NOT_ANALYSED = ("exports",)  # record fields written after the analysis, from it: they leave it as it is
+
+
 def analysis_key(record: RunRecord) -> str:
     """What a stored analysis was computed from: this version's analysis of this record."""
-    text = json.dumps([analysis_version(), __version__, record.to_dict()], sort_keys=True, default=str)
+    read = {k: v for k, v in record.to_dict().items() if k not in NOT_ANALYSED}
+    text = json.dumps([analysis_version(), __version__, read], sort_keys=True, default=str)
     return hashlib.sha1(text.encode()).hexdigest()
 
 
@@ -149,4 +153,5 @@ class RunReport:
             "post_mortem": self.memory.get("post_mortem"),
             "batch_size_search": self.memory.get("batch_size_search"),
             "budget": r.budget,
+            "exports": r.exports,
         }

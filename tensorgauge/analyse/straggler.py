@@ -13,10 +13,12 @@ CPUs, on other hardware, or computing.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from tensorgauge.hook.protocol import Kind
-from tensorgauge.model import Finding
+from tensorgauge.hook.protocol import InputProbe
+from tensorgauge.model import Finding, payloads
 
 WAIT_MIN_SECONDS = 0.002  # per step: less than this between workers is noise
 WAIT_MIN_SHARE = 0.10  # ... or than this share of the step
@@ -46,11 +48,12 @@ def worker_row(report) -> WorkerRow:
     worker = (record.env.get("worker") or {}).get("worker") or record.name or record.run_id
     fits = [p for p in report.phases if p.kind == "fit"]
     fit = max(fits, key=lambda p: p.wall_seconds) if fits else None
-    probe = next((e.data for e in report.events if e.kind == Kind.INPUT_PROBE and e.data.get("step_seconds")), None)
-    steps = len(probe["step_seconds"]) if probe else 0
+    probe = next((p for p in payloads(report.events, InputProbe) if p.get("step_seconds")), None)
+    steps = len(probe.get("step_seconds") or []) if probe else 0
+    totals: Mapping[str, Any] = probe or {}  # read by the name of a total
 
     def per_step(key: str) -> float | None:
-        value = probe.get(key) if probe else None
+        value = totals.get(key)
         return round(value / steps, 6) if isinstance(value, (int, float)) and steps else None
 
     return WorkerRow(worker=str(worker), run_id=record.run_id, hostname=host.get("hostname"),

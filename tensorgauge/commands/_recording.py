@@ -243,18 +243,31 @@ def _conclude(store, result, options: RecordOptions, outputs: _Outputs, err):
         return None
     document = analysed.to_dict()
     outputs.conclude(document)
-    exports = outputs.close()
-    for name, figures in exports.items():
-        if figures["dropped"]:
-            _say(err(), f"tensorgauge: warning: {name}: {figures['dropped']} export(s) dropped (nothing took "
-                      "them; the job was not held up)", markup=False)
+    exports = _store_exports(store, result.record, outputs.close(), err)
+    document["exports"] = exports
     if options.json_path:
         try:
-            write_json({**document, "exports": exports} if exports else document, options.json_path)
+            write_json(document, options.json_path)
         except TensorgaugeError as exc:
             _say(err(), f"tensorgauge: warning: {safe(str(exc))} (the run is stored: tensorgauge show "
                       f"{run_id} --json)", markup=False)
     return analysed
+
+
+def _store_exports(store, record, exports: dict[str, dict[str, int]], err) -> dict[str, dict[str, int]] | None:
+    """What the exporters dropped, said now and kept with the run (``show`` says it later); None: none counts."""
+    for name, figures in exports.items():
+        if figures["dropped"]:
+            _say(err(), f"tensorgauge: warning: {name}: {figures['dropped']} export(s) dropped (nothing took "
+                      "them; the job was not held up)", markup=False)
+    if not exports:
+        return None
+    record.exports = exports
+    try:
+        store.save_run(record, create=False)  # not again where the run was removed meanwhile
+    except TensorgaugeError as exc:  # the count was said; the job's exit code stands
+        _say(err(), f"tensorgauge: warning: the exports' count was not stored: {safe(str(exc))}", markup=False)
+    return exports
 
 
 def _say_outcome(result, analysed, err) -> None:

@@ -153,13 +153,13 @@ class TrialProgress:
         pass
 
     def observe(self, sample, events) -> None:
-        from tensorgauge.hook.protocol import Kind
+        from tensorgauge.hook.protocol import BatchTrial, Kind
         from tensorgauge.units import format_bytes
 
         for event in events:
             if event.kind != Kind.BATCH_TRIAL:
                 continue
-            trial = event.data
+            trial = event.read(BatchTrial)
             rate = trial.get("examples_per_second")
             self.say(f"batch size {trial.get('batch_size')}: RSS peak {format_bytes(trial.get('peak_bytes'))}, "
                      + (f"failed ({trial['error']})" if trial.get("error") else

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from tensorgauge.hook.protocol import Kind
+from tensorgauge.hook.protocol import Kind, PhaseBegin, PhaseEnd, Steps
 from tensorgauge.model import Event, Sample
 
 RATE_WINDOW_SECONDS = 5.0
@@ -26,16 +26,17 @@ class LiveState:
         if sample is not None and sample.processes > 0:  # after the job ends, the tree is empty
             self.sample = sample
         for e in events:
-            data = e.data
             if e.kind == Kind.PHASE_BEGIN:
-                self.open[(e.pid, data.get("id"))] = (str(data.get("name")), str(data.get("phase_kind")))
+                begin = e.read(PhaseBegin)
+                self.open[(e.pid, begin.get("id"))] = (str(begin.get("name")), str(begin.get("phase_kind")))
             elif e.kind == Kind.PHASE_END:
-                name_kind = self.open.pop((e.pid, data.get("id")), None)
+                name_kind = self.open.pop((e.pid, e.read(PhaseEnd).get("id")), None)
                 if name_kind and name_kind[1] == "epoch":
                     self.epoch_ends.append((self.epochs_done, e.t))
                     self.epochs_done += 1
             elif e.kind == Kind.STEPS:
-                seconds, ends = data.get("seconds") or [], data.get("ends") or []
+                steps = e.read(Steps)
+                seconds, ends = steps.get("seconds") or [], steps.get("ends") or []
                 self.steps_total += len(seconds)
                 if seconds:
                     self.last_step_seconds = float(seconds[-1])

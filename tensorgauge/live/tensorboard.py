@@ -15,9 +15,9 @@ import os
 import time
 
 from tensorgauge.errors import TensorgaugeError
-from tensorgauge.hook.protocol import Kind
+from tensorgauge.hook.protocol import PhaseBegin
 from tensorgauge.live.state import LiveState
-from tensorgauge.model import Event, RunRecord, Sample, shown_metrics
+from tensorgauge.model import Event, RunRecord, Sample, payloads, shown_metrics
 
 SUBDIR = "tensorgauge"
 WRITE_SECONDS = 1.0
@@ -56,7 +56,7 @@ class TensorBoardWriter:
         self.writer.add_event(self._event_pb2.Event(wall_time=self.wall_t0 + t, step=step, summary=summary))
 
     def observe(self, sample: Sample | None, events: list[Event]) -> None:
-        if any(e.kind == Kind.PHASE_BEGIN and e.data.get("phase_kind") == "epoch" for e in events):
+        if any(begin.get("phase_kind") == "epoch" for begin in payloads(events, PhaseBegin)):
             self._epoch_sums, self._epoch_count = {}, 0  # an epoch's mean starts at its beginning
         self.state.update(sample, events)
         if sample is not None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from tensorgauge.checks import ValidationError, check_event_data, check_event_times, check_object
-from tensorgauge.hook.protocol import Kind
+from tensorgauge.hook.protocol import Env, Kind, PhaseEnd, Steps
 from tensorgauge.model import Event, RunRecord, Sample
 from tensorgauge.steps import FIRST_STEPS, StepDigest
 
@@ -85,15 +85,16 @@ class Recorder:
                     self.events_dropped += 1  # a job writing events in a loop: the run stays readable
                     continue
                 self._events_kept += 1
-            if event.kind == Kind.ENV and isinstance(event.data.get("facts"), dict):
-                self.record.env.setdefault("job", {}).update(event.data["facts"])
+            facts = event.read(Env).get("facts") if event.kind == Kind.ENV else None
+            if isinstance(facts, dict):
+                self.record.env.setdefault("job", {}).update(facts)
                 self.store.save_run(self.record)
             added.append(event)
             if event.kind == Kind.STEPS:
                 self._add_steps(event)
                 continue
             if event.kind == Kind.PHASE_END:
-                self._store_steps(event.pid, event.data.get("id"), event.t, ended=True)
+                self._store_steps(event.pid, event.read(PhaseEnd).get("id"), event.t, ended=True)
             self._events.append(event)
             if event.kind == Kind.PHASE_BEGIN:
                 self.phases_begun += 1
@@ -111,12 +112,13 @@ class Recorder:
         return added
 
     def _add_steps(self, event: Event) -> None:
-        key = (event.pid, event.data.get("phase"))
+        steps = event.read(Steps)
+        key = (event.pid, steps.get("phase"))
         open_steps = self._steps.get(key)
         if open_steps is None:
             open_steps = self._steps[key] = _OpenSteps(event.t, StepDigest(key[1]))
-        seconds = [x for x in event.data.get("seconds") or () if isinstance(x, (int, float))]
-        ends = event.data.get("ends")
+        seconds = [x for x in steps.get("seconds") or () if isinstance(x, (int, float))]
+        ends = steps.get("ends")
         open_steps.digest.add(seconds, ends if isinstance(ends, list) else None,
                               first_room=FIRST_STEPS - open_steps.first_kept)
         open_steps.first_kept = min(FIRST_STEPS, open_steps.first_kept + len(seconds))

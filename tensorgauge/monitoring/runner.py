@@ -26,8 +26,18 @@ from pathlib import Path
 from typing import Any
 
 from tensorgauge.errors import TensorgaugeError
-from tensorgauge.hook.protocol import DIAGNOSE_ENV, EVENTS_ENV, NO_CGROUP_ENV, NO_HOOK_ENV, RUN_ID_ENV, Kind
-from tensorgauge.model import RunRecord
+from tensorgauge.hook.protocol import (
+    DIAGNOSE_ENV,
+    EVENTS_ENV,
+    NO_CGROUP_ENV,
+    NO_HOOK_ENV,
+    RUN_ID_ENV,
+    BudgetCheckpointFailed,
+    BudgetGpuMemory,
+    BudgetResume,
+    BudgetStop,
+)
+from tensorgauge.model import Event, RunRecord, payloads
 from tensorgauge.monitoring.budget import BudgetWatch, kill_tree
 from tensorgauge.monitoring.guard import Guard
 from tensorgauge.monitoring.job_output import JobOutput
@@ -281,21 +291,21 @@ def _conclude(job: _Run, store: Store, options: RunOptions, report: Callable[[st
                      phases=recording.recorder.phases_begun)
 
 
-def _budget_result(job: _Run, record: RunRecord, seen: list) -> dict:
+def _budget_result(job: _Run, record: RunRecord, seen: list[Event]) -> dict:
     """What the budget did, from the watch and the hook's budget events."""
     assert job.watch is not None
-    stops = [e for e in seen if e.kind == Kind.BUDGET_STOP]
-    failed = [e for e in seen if e.kind == Kind.BUDGET_CHECKPOINT_FAILED]
-    gpu = [e.data for e in seen if e.kind == Kind.BUDGET_GPU_MEMORY]
+    stops = payloads(seen, BudgetStop)
+    failed = payloads(seen, BudgetCheckpointFailed)
+    gpu = payloads(seen, BudgetGpuMemory)
     left = getattr(job.tree, "left_cgroup", None)
     result = job.watch.result(record.signal, record.exit_code, record.oom_killed,
-                              stops[-1].data.get("checkpoint") if stops and not failed else None,
+                              stops[-1].get("checkpoint") if stops and not failed else None,
                               {"gpus": gpu[-1].get("gpus"), "error": gpu[-1].get("error")} if gpu else None,
                               hook_stopped=bool(stops), processes=getattr(job.tree, "processes", list)(),
                               memory_counted=getattr(job.tree, "memory_counted", None),
                               left_cgroup={"pid": left["pid"], "name": left["name"],
                                            "t": round(left["at"] - job.process.t0, 3)} if left else None)
-    resumed = [e.data for e in seen if e.kind == Kind.BUDGET_RESUME]
+    resumed = payloads(seen, BudgetResume)
     if resumed:  # where this run took up a budget stop's training again
         result["resumed"] = {key: resumed[0].get(key) for key in ("checkpoint", "epoch", "step", "steps", "text")}
     if record.wall_seconds:  # what the job really used, to hold against a CPU budget

@@ -22,7 +22,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from tensorgauge.errors import TensorgaugeError
-from tensorgauge.hook.protocol import FIX_ENV, WARMUP_ENV, WARMUP_STEPS, WINDOW_ENV, Kind
+from tensorgauge.hook.protocol import FIX_ENV, WARMUP_ENV, WARMUP_STEPS, WINDOW_ENV, ComputeProbe, FitConfig, TryWindow
+from tensorgauge.model import payloads
 from tensorgauge.monitoring.runner import run
 from tensorgauge.store import Store
 from tensorgauge.units import format_bytes
@@ -74,13 +75,12 @@ class Trials:
                 "trials": [t.to_dict() for t in self.trials], "not_tried": self.not_tried, "loop": self.loop}
 
 
-def _window(store: Store, run_id: str) -> tuple[list[float], dict, float | None]:
+def _window(store: Store, run_id: str) -> tuple[list[float], FitConfig, float | None]:
     """(median step of each repeated window, fit's config, median compute-only step) of one run."""
     events = store.events(run_id)
-    windows = [e.data for e in events if e.kind == Kind.TRY_WINDOW and e.data.get("step_seconds")]
-    config = next((e.data for e in events if e.kind == Kind.FIT_CONFIG), {})
-    probe = next((e.data["step_seconds"] for e in events if e.kind == Kind.COMPUTE_PROBE and e.data.get("step_seconds")),
-                 None)
+    windows = [w for w in payloads(events, TryWindow) if w.get("step_seconds")]
+    config = next(iter(payloads(events, FitConfig)), FitConfig())
+    probe = next((p["step_seconds"] for p in payloads(events, ComputeProbe) if p.get("step_seconds")), None)
     steps = windows[0]["step_seconds"] if windows else []
     size = max(1, len(steps) // REPEATS)
     medians = [statistics.median(steps[i:i + size]) for i in range(0, size * REPEATS, size) if steps[i:i + size]]
@@ -98,7 +98,7 @@ def outside_spread(windows: list[float], base: list[float]) -> bool | None:
     return max(windows) < min(base)
 
 
-def cache_blocker(config: dict, steps: int, step_seconds: float | None, ram_bytes: int | None) -> str | None:
+def cache_blocker(config: FitConfig, steps: int, step_seconds: float | None, ram_bytes: int | None) -> str | None:
     """Why caching the map cannot be timed (or would be unsound) here; None when it can."""
     batches, size, random = config.get("dataset_batches"), config.get("dataset_bytes"), config.get("dataset_random_ops")
     if not batches:
@@ -108,8 +108,8 @@ def cache_blocker(config: dict, steps: int, step_seconds: float | None, ram_byte
     if random:
         return (f"its functions draw random numbers ({', '.join(random)}): a cache would freeze the augmentation; "
                 "cache the deterministic part before the random map instead")
-    if not config.get("loop") and ((config.get("epochs") or 1) < 2
-                                   or (config["epochs"] - 1) * batches < steps + WARMUP_STEPS):
+    epochs = config.get("epochs") or 1
+    if not config.get("loop") and (epochs < 2 or (epochs - 1) * batches < steps + WARMUP_STEPS):
         return "fit does not run a second epoch long enough to time"
     if size is None:
         return "the size of the data set's elements is unknown, so the memory a cache needs is too"
@@ -121,7 +121,7 @@ def cache_blocker(config: dict, steps: int, step_seconds: float | None, ram_byte
     return None
 
 
-def applicable(config: dict, job: dict, cores_allowed: float, steps: int = 20, step_seconds: float | None = None,
+def applicable(config: FitConfig, job: dict, cores_allowed: float, steps: int = 20, step_seconds: float | None = None,
                ram_bytes: int | None = None) -> tuple[list[str], dict[str, str]]:
     """The fixes to time, and the fixes not timed with the reason."""
     fixes, not_tried = [], {}
@@ -177,7 +177,7 @@ def try_fixes(command: list[str], store: Store, steps: int = 10,
             n = str(max(1, math.floor(cores)))
             env.update({"TF_NUM_INTRAOP_THREADS": n, "TF_NUM_INTEROP_THREADS": n})
         if fix == "cache":
-            env[WARMUP_ENV] = str(config["dataset_batches"] + WARMUP_STEPS)
+            env[WARMUP_ENV] = str((config.get("dataset_batches") or 0) + WARMUP_STEPS)  # known: cache applies
             if config.get("dataset_python_ops"):
                 caveat = ("the map calls Python (numpy_function/py_function), which tensorgauge cannot check for "
                           "randomness: cache it only if it returns the same result for the same element")

@@ -10,8 +10,8 @@ from rich.table import Table
 from tensorgauge.analyse.memory_breakdown import describe as describe_memory
 from tensorgauge.analyse.run_list import Listing
 from tensorgauge.analyse.run_report import RunReport
-from tensorgauge.hook.protocol import Kind
-from tensorgauge.model import Event, Finding, Phase, RunRecord, Sample, shown_metrics
+from tensorgauge.hook.protocol import JobError
+from tensorgauge.model import Event, Finding, Phase, RunRecord, Sample, Summary, payloads, shown_metrics
 from tensorgauge.render.phase_columns import phase_columns
 from tensorgauge.render.text import safe, sampled_figures
 from tensorgauge.render.verdict import account_lines, input_line, wall_seconds
@@ -170,11 +170,32 @@ def render_budget(console: Console, budget: dict) -> None:
 
 def ended_by(events: list[Event]) -> str | None:
     """'ValueError: the message' of the exception that ended the job (its ``job_error``), else None."""
-    error = next((e.data for e in reversed(events) if e.kind == Kind.JOB_ERROR), None)
+    error = next(iter(payloads(reversed(events), JobError)), None)
     if error is None:
         return None
     message = str(error.get("message") or "").strip()
     return str(error.get("type") or "an exception") + (f": {message}" if message else "")
+
+
+def _recording_notes(console: Console, r: RunRecord, s: Summary) -> None:
+    """What the recording missed: the job's end, events, samples, exports."""
+    if not r.complete:
+        console.print("  [yellow]incomplete: the monitor stopped before the job ended; "
+                      "figures cover what was recorded[/yellow]")
+    if r.events_skipped:
+        console.print(f"  [yellow]{r.events_skipped} lines from the job were not valid events and were skipped[/yellow]")
+    if r.events_dropped:
+        console.print(f"  [yellow]{r.events_dropped} events from the job were not recorded: more than a run keeps "
+                      "(50,000), written faster than they could be read, or lost on a full filesystem[/yellow]")
+    lost = {name: n for name, figures in (r.exports or {}).items()
+            if isinstance(figures, dict) and isinstance(n := figures.get("dropped"), int) and n > 0}
+    if lost:
+        console.print("  [yellow]exports dropped (nothing took them; the job was not held up): "
+                      + ", ".join(f"{safe(str(name))} {n}" for name, n in lost.items()) + "[/yellow]")
+    if r.samples_lost or r.recording_error:
+        taken = f"{s.samples} of {r.samples_taken} samples stored" if r.samples_taken else f"{s.samples} samples stored"
+        console.print(f"  [yellow]recording: {taken}"
+                      + (f"; {safe(r.recording_error)}" if r.recording_error else "") + "[/yellow]")
 
 
 def render_run(console: Console, report: RunReport) -> None:
@@ -184,18 +205,7 @@ def render_run(console: Console, report: RunReport) -> None:
     console.print(title)
     console.print(f"  command  {safe(command_text(r.command))}")
     console.print(f"  started  {safe(r.started_at)}   wall {format_seconds(wall)}   {outcome(r)}")
-    if not r.complete:
-        console.print("  [yellow]incomplete: the monitor stopped before the job ended; "
-                      "figures cover what was recorded[/yellow]")
-    if r.events_skipped:
-        console.print(f"  [yellow]{r.events_skipped} lines from the job were not valid events and were skipped[/yellow]")
-    if r.events_dropped:
-        console.print(f"  [yellow]{r.events_dropped} events from the job were not recorded: more than a run keeps "
-                      "(50,000), written faster than they could be read, or lost on a full filesystem[/yellow]")
-    if r.samples_lost or r.recording_error:
-        taken = f"{s.samples} of {r.samples_taken} samples stored" if r.samples_taken else f"{s.samples} samples stored"
-        console.print(f"  [yellow]recording: {taken}"
-                      + (f"; {safe(r.recording_error)}" if r.recording_error else "") + "[/yellow]")
+    _recording_notes(console, r, s)
     console.print(f"  CPU      {s.cpu_seconds:.2f} CPU-s, cores busy mean {s.cores_busy_mean:.2f} "
                   f"peak {s.cores_busy_peak:.2f}")
     # USS is read every few seconds: a figure read once or twice is no peak.
