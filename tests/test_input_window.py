@@ -429,3 +429,15 @@ def test_the_pooled_share_lies_within_the_rounds_shares():
                          "compute_step_seconds": [[0.017] * 4, [0.027] * 20, [0.017] * 4]})
     assert rounds["input_share_low"] <= rounds["input_share"] <= rounds["input_share_high"]
     assert rounds["input_share"] > 0.1
+
+
+def test_input_paid_in_bursts_counts_at_what_the_fit_pays():
+    """keras-io's structured-data program: most real steps take their batch from a full buffer, one in each
+    round waits through an epoch's start; the mean is what the fit pays (a bare A/B: 83-87% of training)."""
+    bursty = [0.0035] * 7 + [0.15]
+    burst = ab_verdict({"real_step_seconds": [bursty] * 3, "compute_step_seconds": [[0.0036] * 4] * 3})
+    assert burst["established"] and burst["input_share"] > 0.5
+    # A healthy fit with one slow real step in one round (a collection, a neighbour): not a cost.
+    healthy = ab_verdict({"real_step_seconds": [[0.02] * 7 + [0.03], [0.02] * 8, [0.0201] * 8],
+                          "compute_step_seconds": [[0.02] * 4] * 3})
+    assert not healthy["established"]
