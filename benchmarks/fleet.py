@@ -38,7 +38,8 @@ def _server_cpu_seconds() -> float:
 
 
 def _workers(url: str, job: str, first: int, count: int, seconds: float, out) -> None:
-    """``count`` workers in this process; puts (taken, connections, latencies) on ``out``."""
+    """``count`` workers in this process; puts (taken, connections, latencies, end waits) on ``out``."""
+    from tensorgauge.analyse.run_report import RunReport
     from tensorgauge.model import Sample
     from tensorgauge.monitoring.recording import Recording, new_record, new_run_id
     from tensorgauge.sources.clock import MonotonicClock
@@ -83,22 +84,26 @@ def _workers(url: str, job: str, first: int, count: int, seconds: float, out) ->
             recording.recorder.add(samples, raw, force=True)
             worker[3:] = [n + len(samples), phase, cpu]
         time.sleep(max(0.0, start + tick * 0.5 - time.monotonic()))
-    taken, connections, latencies = 0, 0, []
+    taken, connections, latencies, end_waits = 0, 0, [], []
     for store, recording, t0, n, phase, cpu in fleet:
         end = clock.now()
         raw = [{"t": end, "pid": 7, "kind": "phase_end", "id": phase, "cpu": cpu, "rss": 1 << 30},
                {"t": end, "pid": 7, "kind": "phase_end", "id": 1, "cpu": cpu, "rss": 1 << 30}] if phase > 1 else \
             [{"t": end, "pid": 7, "kind": "phase_end", "id": 1, "cpu": cpu, "rss": 1 << 30}]
         recording.recorder.add([], raw, force=True)
+        began = time.monotonic()
         recording.settle(120.0)
         record = recording.record
         record.wall_seconds, record.complete, record.exit_code, record.cpu_seconds_total = end - t0, True, 0, cpu
-        recording.finish(120.0)
+        stored = recording.finish(120.0)
+        end_waits.append(time.monotonic() - began)
+        if stored:
+            RunReport.load(store, record.run_id)  # analysed once and stored, as `tensorgauge run` does at its end
         store.close()
         taken += n
         connections += store.backend.connections_made
         latencies += store.latencies
-    out.put((taken, connections, latencies))
+    out.put((taken, connections, latencies, end_waits))
 
 
 def main() -> None:
@@ -154,6 +159,10 @@ def main() -> None:
         print(f"shipping transactions {len(latencies)}: p50 {statistics.median(latencies) * 1000:.1f} ms, "
               f"p99 {latencies[int(0.99 * (len(latencies) - 1))] * 1000:.1f} ms, "
               f"max {latencies[-1] * 1000:.1f} ms")
+    waits = sorted(x for r in results for x in r[3])
+    if waits:
+        print(f"each worker's end wait for the store: p50 {statistics.median(waits):.2f} s, "
+              f"max {waits[-1]:.2f} s")
     print(f"connections made {sum(r[1] for r in results)} "
           f"({sum(r[1] for r in results) / wall:.1f}/s)")
     print(f"server CPU {server_cpu:.1f} s ({server_cpu / wall:.2f} cores over the run)")
