@@ -84,25 +84,37 @@ def _workers(url: str, job: str, first: int, count: int, seconds: float, out) ->
             recording.recorder.add(samples, raw, force=True)
             worker[3:] = [n + len(samples), phase, cpu]
         time.sleep(max(0.0, start + tick * 0.5 - time.monotonic()))
-    taken, connections, latencies, end_waits = 0, 0, [], []
-    for store, recording, t0, n, phase, cpu in fleet:
-        end = clock.now()
-        raw = [{"t": end, "pid": 7, "kind": "phase_end", "id": phase, "cpu": cpu, "rss": 1 << 30},
-               {"t": end, "pid": 7, "kind": "phase_end", "id": 1, "cpu": cpu, "rss": 1 << 30}] if phase > 1 else \
-            [{"t": end, "pid": 7, "kind": "phase_end", "id": 1, "cpu": cpu, "rss": 1 << 30}]
-        recording.recorder.add([], raw, force=True)
+    print(f"[{first}] {count} workers sampled for {time.monotonic() - start:.1f} s; ending them", file=sys.stderr,
+          flush=True)
+
+    def end(worker: list) -> tuple[int, int, list[float], float]:
+        """One worker's end, as its own `tensorgauge run` ends it: the store wait, the record, the analysis."""
+        store, recording, t0, n, phase, cpu = worker
+        now = clock.now()
+        raw = [{"t": now, "pid": 7, "kind": "phase_end", "id": phase, "cpu": cpu, "rss": 1 << 30}] if phase > 1 else []
+        recording.recorder.add([], raw + [{"t": now, "pid": 7, "kind": "phase_end", "id": 1, "cpu": cpu,
+                                           "rss": 1 << 30}], force=True)
         began = time.monotonic()
         recording.settle(120.0)
         record = recording.record
-        record.wall_seconds, record.complete, record.exit_code, record.cpu_seconds_total = end - t0, True, 0, cpu
+        record.wall_seconds, record.complete, record.exit_code, record.cpu_seconds_total = now - t0, True, 0, cpu
         stored = recording.finish(120.0)
-        end_waits.append(time.monotonic() - began)
+        waited = time.monotonic() - began
         if stored:
             RunReport.load(store, record.run_id)  # analysed once and stored, as `tensorgauge run` does at its end
         store.close()
-        taken += n
-        connections += store.backend.connections_made
-        latencies += store.latencies
+        return n, store.backend.connections_made, store.latencies, waited
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    ending = time.monotonic()
+    with ThreadPoolExecutor(max_workers=len(fleet)) as pool:  # the workers end at once, as a job's do
+        ended = list(pool.map(end, fleet))
+    print(f"[{first}] ended in {time.monotonic() - ending:.1f} s", file=sys.stderr, flush=True)
+    taken = sum(e[0] for e in ended)
+    connections = sum(e[1] for e in ended)
+    latencies = [x for e in ended for x in e[2]]
+    end_waits = [e[3] for e in ended]
     out.put((taken, connections, latencies, end_waits))
 
 
