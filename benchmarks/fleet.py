@@ -40,6 +40,7 @@ def _server_cpu_seconds() -> float:
 def _workers(url: str, job: str, first: int, count: int, seconds: float, out) -> None:
     """``count`` workers in this process; puts (taken, connections, latencies, end waits) on ``out``."""
     from tensorgauge.analyse.run_report import RunReport
+    from tensorgauge.errors import TensorgaugeError
     from tensorgauge.model import Sample
     from tensorgauge.monitoring.recording import Recording, new_record, new_run_id
     from tensorgauge.sources.clock import MonotonicClock
@@ -87,7 +88,7 @@ def _workers(url: str, job: str, first: int, count: int, seconds: float, out) ->
     print(f"[{first}] {count} workers sampled for {time.monotonic() - start:.1f} s; ending them", file=sys.stderr,
           flush=True)
 
-    def end(worker: list) -> tuple[int, int, list[float], float]:
+    def end(worker: list) -> tuple[int, int, list[float], float, bool]:
         """One worker's end, as its own `tensorgauge run` ends it: the store wait, the record, the analysis."""
         store, recording, t0, n, phase, cpu = worker
         now = clock.now()
@@ -100,10 +101,15 @@ def _workers(url: str, job: str, first: int, count: int, seconds: float, out) ->
         record.wall_seconds, record.complete, record.exit_code, record.cpu_seconds_total = now - t0, True, 0, cpu
         stored = recording.finish(120.0)
         waited = time.monotonic() - began
+        analysed = False
         if stored:
-            RunReport.load(store, record.run_id)  # analysed once and stored, as `tensorgauge run` does at its end
+            try:  # analysed once and stored, as `tensorgauge run` does at its end (a warning there when it cannot)
+                RunReport.load(store, record.run_id)
+                analysed = True
+            except TensorgaugeError:
+                pass
         store.close()
-        return n, store.backend.connections_made, store.latencies, waited
+        return n, store.backend.connections_made, store.latencies, waited, analysed
 
     from concurrent.futures import ThreadPoolExecutor
 
@@ -115,7 +121,8 @@ def _workers(url: str, job: str, first: int, count: int, seconds: float, out) ->
     connections = sum(e[1] for e in ended)
     latencies = [x for e in ended for x in e[2]]
     end_waits = [e[3] for e in ended]
-    out.put((taken, connections, latencies, end_waits))
+    analysed = sum(e[4] for e in ended)
+    out.put((taken, connections, latencies, end_waits, analysed))
 
 
 def main() -> None:
@@ -174,7 +181,7 @@ def main() -> None:
     waits = sorted(x for r in results for x in r[3])
     if waits:
         print(f"each worker's end wait for the store: p50 {statistics.median(waits):.2f} s, "
-              f"max {waits[-1]:.2f} s")
+              f"max {waits[-1]:.2f} s; runs analysed at their end {sum(r[4] for r in results)}")
     print(f"connections made {sum(r[1] for r in results)} "
           f"({sum(r[1] for r in results) / wall:.1f}/s)")
     print(f"server CPU {server_cpu:.1f} s ({server_cpu / wall:.2f} cores over the run)")

@@ -232,7 +232,7 @@ class SpooledStore(Store):
             self._wake.clear()
             try:
                 with self._lock:
-                    while self.shipper is not None and self.shipper.ship(self) and not self._stop:
+                    while not self._stop and self.shipper is not None and self.shipper.ship(self):
                         pass  # a backlog: all of it, a transaction at a time
                 self.ship_error = None
                 pause = self.ship_seconds
