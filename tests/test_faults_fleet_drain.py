@@ -85,4 +85,3 @@ def test_a_store_that_refuses_costs_the_stall_window_not_the_whole_wait(tmp_path
         store.close()
     assert waited < 60.0  # gave up on the stall, long before the 120 s bound
     assert store.shipper is not None and store.shipper.spool.path.exists()  # kept for the next run to ship
-    assert "too many clients" in (store.ship_error or "")
