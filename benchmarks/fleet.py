@@ -38,7 +38,9 @@ def _server_cpu_seconds() -> float:
 
 
 def _workers(url: str, job: str, first: int, count: int, seconds: float, out) -> None:
-    """``count`` workers in this process; puts (taken, connections, latencies) on ``out``."""
+    """``count`` workers in this process; puts (taken, connections, latencies, end waits) on ``out``."""
+    from tensorgauge.analyse.run_report import RunReport
+    from tensorgauge.errors import TensorgaugeError
     from tensorgauge.model import Sample
     from tensorgauge.monitoring.recording import Recording, new_record, new_run_id
     from tensorgauge.sources.clock import MonotonicClock
@@ -83,22 +85,44 @@ def _workers(url: str, job: str, first: int, count: int, seconds: float, out) ->
             recording.recorder.add(samples, raw, force=True)
             worker[3:] = [n + len(samples), phase, cpu]
         time.sleep(max(0.0, start + tick * 0.5 - time.monotonic()))
-    taken, connections, latencies = 0, 0, []
-    for store, recording, t0, n, phase, cpu in fleet:
-        end = clock.now()
-        raw = [{"t": end, "pid": 7, "kind": "phase_end", "id": phase, "cpu": cpu, "rss": 1 << 30},
-               {"t": end, "pid": 7, "kind": "phase_end", "id": 1, "cpu": cpu, "rss": 1 << 30}] if phase > 1 else \
-            [{"t": end, "pid": 7, "kind": "phase_end", "id": 1, "cpu": cpu, "rss": 1 << 30}]
-        recording.recorder.add([], raw, force=True)
+    print(f"[{first}] {count} workers sampled for {time.monotonic() - start:.1f} s; ending them", file=sys.stderr,
+          flush=True)
+
+    def end(worker: list) -> tuple[int, int, list[float], float, bool]:
+        """One worker's end, as its own `tensorgauge run` ends it: the store wait, the record, the analysis."""
+        store, recording, t0, n, phase, cpu = worker
+        now = clock.now()
+        raw = [{"t": now, "pid": 7, "kind": "phase_end", "id": phase, "cpu": cpu, "rss": 1 << 30}] if phase > 1 else []
+        recording.recorder.add([], raw + [{"t": now, "pid": 7, "kind": "phase_end", "id": 1, "cpu": cpu,
+                                           "rss": 1 << 30}], force=True)
+        began = time.monotonic()
         recording.settle(120.0)
         record = recording.record
-        record.wall_seconds, record.complete, record.exit_code, record.cpu_seconds_total = end - t0, True, 0, cpu
-        recording.finish(120.0)
+        record.wall_seconds, record.complete, record.exit_code, record.cpu_seconds_total = now - t0, True, 0, cpu
+        stored = recording.finish(120.0)
+        waited = time.monotonic() - began
+        analysed = False
+        if stored:
+            try:  # analysed once and stored, as `tensorgauge run` does at its end (a warning there when it cannot)
+                RunReport.load(store, record.run_id)
+                analysed = True
+            except TensorgaugeError:
+                pass
         store.close()
-        taken += n
-        connections += store.backend.connections_made
-        latencies += store.latencies
-    out.put((taken, connections, latencies))
+        return n, store.backend.connections_made, store.latencies, waited, analysed
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    ending = time.monotonic()
+    with ThreadPoolExecutor(max_workers=len(fleet)) as pool:  # the workers end at once, as a job's do
+        ended = list(pool.map(end, fleet))
+    print(f"[{first}] ended in {time.monotonic() - ending:.1f} s", file=sys.stderr, flush=True)
+    taken = sum(e[0] for e in ended)
+    connections = sum(e[1] for e in ended)
+    latencies = [x for e in ended for x in e[2]]
+    end_waits = [e[3] for e in ended]
+    analysed = sum(e[4] for e in ended)
+    out.put((taken, connections, latencies, end_waits, analysed))
 
 
 def main() -> None:
@@ -154,6 +178,10 @@ def main() -> None:
         print(f"shipping transactions {len(latencies)}: p50 {statistics.median(latencies) * 1000:.1f} ms, "
               f"p99 {latencies[int(0.99 * (len(latencies) - 1))] * 1000:.1f} ms, "
               f"max {latencies[-1] * 1000:.1f} ms")
+    waits = sorted(x for r in results for x in r[3])
+    if waits:
+        print(f"each worker's end wait for the store: p50 {statistics.median(waits):.2f} s, "
+              f"max {waits[-1]:.2f} s; runs analysed at their end {sum(r[4] for r in results)}")
     print(f"connections made {sum(r[1] for r in results)} "
           f"({sum(r[1] for r in results) / wall:.1f}/s)")
     print(f"server CPU {server_cpu:.1f} s ({server_cpu / wall:.2f} cores over the run)")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tensorgauge.hook.protocol import InputProbe
-from tensorgauge.model import Finding, payloads
+from tensorgauge.model import Event, Finding, Phase, RunRecord, payloads
 
 WAIT_MIN_SECONDS = 0.002  # per step: less than this between workers is noise
 WAIT_MIN_SHARE = 0.10  # ... or than this share of the step
@@ -43,12 +43,18 @@ class WorkerRow:
 
 
 def worker_row(report) -> WorkerRow:
-    record = report.record
+    """The worker's line, from its analysed run (a :class:`~tensorgauge.analyse.run_report.RunReport`)."""
+    return worker_row_of(report.record, report.phases, report.events)
+
+
+def worker_row_of(record: RunRecord, phases: list[Phase], events: list[Event]) -> WorkerRow:
+    """The worker's line from what it needs of the run: its record, its phases (the longest fit) and its
+    ``input_probe`` events (any others are passed over)."""
     host = record.env.get("host") or {}
     worker = (record.env.get("worker") or {}).get("worker") or record.name or record.run_id
-    fits = [p for p in report.phases if p.kind == "fit"]
+    fits = [p for p in phases if p.kind == "fit"]
     fit = max(fits, key=lambda p: p.wall_seconds) if fits else None
-    probe = next((p for p in payloads(report.events, InputProbe) if p.get("step_seconds")), None)
+    probe = next((p for p in payloads(events, InputProbe) if p.get("step_seconds")), None)
     steps = len(probe.get("step_seconds") or []) if probe else 0
     totals: Mapping[str, Any] = probe or {}  # read by the name of a total
 

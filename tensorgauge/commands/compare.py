@@ -28,8 +28,7 @@ def compare(store: str | None, a: str | None, b: str | None, json_path: str | No
 
 
 def _compare_job(store: str | None, job: str, json_path: str | None, show_all: bool = False) -> int:
-    from tensorgauge.analyse.run_report import RunReport
-    from tensorgauge.analyse.straggler import spread, straggler, worker_row
+    from tensorgauge.analyse.straggler import spread, straggler
     from tensorgauge.render.compare import render_job
 
     with open_store(store, create=False) as opened:
@@ -39,7 +38,7 @@ def _compare_job(store: str | None, job: str, json_path: str | None, show_all: b
             jobs = sorted({r.job_id for r in every if r.job_id})
             raise TensorgaugeError(f"no runs of job '{job}' in {opened.location}"
                                    + (f" (jobs: {', '.join(jobs[-5:])})" if jobs else ""))
-        rows = sorted((worker_row(RunReport.load(opened, r.run_id)) for r in records), key=lambda w: w.worker)
+        rows = sorted(_worker_rows(opened, records), key=lambda w: w.worker)
     finding = straggler(rows)
     if json_path:
         write_text(json.dumps({"schema": "tensorgauge.job/1", "job": job, "workers": [w.to_dict() for w in rows],
@@ -48,6 +47,31 @@ def _compare_job(store: str | None, job: str, json_path: str | None, show_all: b
         return 0
     render_job(console(), job, rows, finding, show_all)
     return 0
+
+
+def _worker_rows(opened, records: list) -> list:
+    """Each worker's line, read for the whole job at once: the stored analyses (their phases) and the
+    ``input_probe`` events, a few hundred runs a query; a run analysed with another version, or not yet,
+    is analysed now (and stored), as ``show`` would."""
+    from tensorgauge.analyse.run_report import RunReport, analysis_key
+    from tensorgauge.analyse.straggler import worker_row, worker_row_of
+    from tensorgauge.hook.protocol import Kind
+    from tensorgauge.model import Phase
+
+    ids = [r.run_id for r in records]
+    stored, probes = opened.analyses(ids), opened.events_of_kind(ids, Kind.INPUT_PROBE)
+    rows = []
+    for record in records:
+        key_doc = stored.get(record.run_id)
+        if key_doc is not None and key_doc[0] == analysis_key(record):
+            try:
+                phases = [Phase.from_dict(p) for p in key_doc[1]["phases"]]
+                rows.append(worker_row_of(record, phases, probes.get(record.run_id, [])))
+                continue
+            except (KeyError, TypeError, ValueError):
+                pass  # damaged: analysed again below
+        rows.append(worker_row(RunReport.load(opened, record.run_id)))
+    return rows
 
 
 VERB = "compare"

@@ -21,7 +21,6 @@ from tensorgauge.model import Event, RunRecord, Sample
 
 MAX_BATCHES = 2400  # 20 minutes of commits every 0.5 s held in memory while the store does not answer
 RETRY_SECONDS = 0.2
-SPOOL_WAIT_SECONDS = 15.0  # at the end, how long a spooled store is given to ship what waits
 RECONNECT_MAX_SECONDS = 2.0  # the longest wait between two attempts to reach a store's server again
 _BUSY = ("locked", "busy")
 
@@ -86,7 +85,10 @@ class StoreWriter:
         return done.wait(timeout_seconds + 1.0)
 
     def close(self, timeout_seconds: float) -> bool:
-        """Write what is queued and stop; True when all of it was written in ``timeout_seconds``."""
+        """Write what is queued and stop; True when all of it was written in ``timeout_seconds``. A spooled
+        store ships its backlog in the time left, as long as its store takes a transaction every
+        :data:`~tensorgauge.store.shipping.DRAIN_STALL_SECONDS`."""
+        began = time.monotonic()
         flushed = self.flush(timeout_seconds)
         self._stop = True
         self._queue.put(None)
@@ -96,7 +98,7 @@ class StoreWriter:
             self._lose(sum(len(b.samples) for b in left), sum(len(b.events) for b in left),
                        f"the store did not answer within {timeout_seconds:g} s of the job's end")
         drain = getattr(self.store, "drain", None)  # a spooled store: its data wait on this machine
-        if drain is not None and not drain(min(timeout_seconds, SPOOL_WAIT_SECONDS)):
+        if drain is not None and not drain(max(0.0, began + timeout_seconds - time.monotonic())):
             if self.state.error is None:
                 self.state.error = (f"the store did not take the run in time ({self.store.ship_error or 'busy'}): "
                                     f"its data wait in {self.store.where} and go to the store with the next "

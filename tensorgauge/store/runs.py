@@ -214,9 +214,8 @@ class Store:
             if getattr(db, "event_order", "") == "id" and db.query("SELECT to_regclass('tensorgauge_shipped')")[0][0]:
                 tables.append("tensorgauge_shipped")  # PostgreSQL: what the spools of these runs shipped
             for table in tables:
-                for start in range(0, len(run_ids), 500):
-                    part = run_ids[start:start + 500]
-                    db.execute(f"DELETE FROM {table} WHERE run_id IN ({', '.join('?' * len(part))})", tuple(part))
+                for part, marks in _id_parts(run_ids):
+                    db.execute(f"DELETE FROM {table} WHERE run_id IN ({marks})", part)
 
     # -- reading ---------------------------------------------------------------
 
@@ -353,6 +352,34 @@ class Store:
         except ValueError:
             return None  # damaged: analysed again from the data
 
+    def analyses(self, run_ids: list[str]) -> dict[str, tuple[str, dict]]:
+        """run id -> (key, document) of the stored analyses of these runs, read a few hundred runs a query
+        (a damaged document is left out: that run is analysed again from its data)."""
+        out: dict[str, tuple[str, dict]] = {}
+        if not self.backend.chunked:
+            return out
+        for part, marks in _id_parts(run_ids):
+            for run_id, key, doc in self._query(f"SELECT run_id, key, doc FROM analyses WHERE run_id IN ({marks})",
+                                                part):
+                try:
+                    out[str(run_id)] = (key, json.loads(doc))
+                except ValueError:
+                    pass
+        return out
+
+    def events_of_kind(self, run_ids: list[str], kind: str) -> dict[str, list[Event]]:
+        """run id -> its events of ``kind`` in the order written, for these runs, a few hundred runs a query."""
+        at = {c.name: i for i, c in enumerate(EVENT_COLUMNS)}
+        out: dict[str, list[Event]] = {run_id: [] for run_id in run_ids}
+        for part, marks in _id_parts(run_ids):
+            rows = self._query(f"SELECT run_id, {_EVENT_NAMES} FROM events WHERE run_id IN ({marks}) AND kind = ? "
+                               f"ORDER BY {self.backend.event_order}", (*part, kind))
+            payloads = _json_column([row[1 + at["data"]] for row in rows])
+            for row, payload in zip(rows, payloads):
+                out.setdefault(str(row[0]), []).append(Event(row[1 + at["t"]], row[1 + at["pid"]],
+                                                             row[1 + at["kind"]], payload or {}))
+        return out
+
     def events(self, run_id: str, step_digests: bool = True) -> list[Event]:
         """The run's events in the order written; without ``step_digest`` ones unless ``step_digests``."""
         skip = "" if step_digests else f" AND kind <> '{Kind.STEP_DIGEST}'"
@@ -377,6 +404,15 @@ class Store:
                 peaks = [p for p in (old_peak, peak) if p is not None]
                 out[rid] = (max(peaks) if peaks else None, old_count + int(count or 0))
         return out
+
+
+_IDS_A_QUERY = 500  # run ids in one IN (...) list: well under SQLite's and PostgreSQL's bound on parameters
+
+
+def _id_parts(run_ids: list[str]) -> list[tuple[tuple[str, ...], str]]:
+    """``run_ids`` in parts of :data:`_IDS_A_QUERY`: (the part, its ``?, ?, ...`` placeholders)."""
+    parts = [tuple(run_ids[i:i + _IDS_A_QUERY]) for i in range(0, len(run_ids), _IDS_A_QUERY)]
+    return [(part, ", ".join("?" * len(part))) for part in parts]
 
 
 def _samples(rows: list[tuple], location: str) -> list[Sample]:

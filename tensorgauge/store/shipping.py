@@ -38,6 +38,8 @@ SHIP_SECONDS = 5.0  # a fleet of N workers makes N / SHIP_SECONDS connections a 
 SHIP_ENV = "TENSORGAUGE_SHIP_SECONDS"
 SHIP_BATCHES = 200  # batches (0.5 s each) one transaction ships at most
 RETRY_MAX_SECONDS = 10.0
+CLOSE_WAIT_SECONDS = 5.0  # at close, the longest wait for the shipper's transaction under way
+DRAIN_STALL_SECONDS = 15.0  # at a run's end: its spool is shipped while the store takes a transaction this often
 
 
 def open_for_recording(url: str) -> SpooledStore:
@@ -65,6 +67,8 @@ class Shipper:
         self.record_dirty = not created
         self.shipped_samples = 0
         self.latencies: list[float] = []  # seconds each shipping transaction took (connecting included)
+        self.shipped_at = 0.0  # when (monotonic) a transaction last committed
+        self.in_flight_since: float | None = None  # when the transaction under way began, None between them
 
     def ship(self, store: Store) -> bool:
         """The oldest batches and the latest record in one transaction; True when more wait."""
@@ -73,13 +77,16 @@ class Shipper:
         batches = self.spool.pending(SHIP_BATCHES)
         dirty, self.record_dirty = self.record_dirty, False
         record = self.spool.record() if dirty else None
-        began = time.monotonic()
+        began = self.in_flight_since = time.monotonic()
         try:
             last = self._commit(store, batches, record)
-            self.latencies.append(time.monotonic() - began)
+            self.shipped_at = time.monotonic()
+            self.latencies.append(self.shipped_at - began)
         except BaseException:
             self.record_dirty = self.record_dirty or dirty
             raise
+        finally:
+            self.in_flight_since = None
         if last is not None:
             self.spool.shipped(last)
         self.created = self.created or record is not None
@@ -121,10 +128,20 @@ class Shipper:
     def empty(self) -> bool:
         return self.removed or (self.spool.waiting()[0] == 0 and not self.record_dirty)
 
+    def stalled_seconds(self, since: float) -> float:
+        """How long nothing has been shipped, counted from ``since`` (monotonic) at the earliest: 0 while a
+        transaction is under way (a slow store is answering), else the time since the last commit (refused
+        connections are no progress)."""
+        if self.in_flight_since is not None:
+            return 0.0
+        return time.monotonic() - max(since, self.shipped_at)
+
 
 class SpooledStore(Store):
     """A :class:`Store` whose ``add`` and ``save_run`` go into a local spool, shipped by a thread; it also
     ships the spools earlier runs on this machine left for the same store (their monitor ended first)."""
+
+    shipper_type = Shipper  # what ships the run's spool (a test gives a fake one)
 
     def __init__(self, backend: PostgresBackend):
         super().__init__(backend)
@@ -154,7 +171,7 @@ class SpooledStore(Store):
             path = spool_folder(self.data_dir) / f"{run_id}.db"
             spool = Spool(path, self.location, run_id)
             _lock_file(path)  # held while this process lives: no other ships it meanwhile
-            self.shipper = Shipper(spool, run_id)
+            self.shipper = self.shipper_type(spool, run_id)
             self._thread = threading.Thread(target=self._loop, name="tensorgauge-shipper", daemon=True)
             self._thread.start()
         return self.shipper
@@ -177,24 +194,32 @@ class SpooledStore(Store):
     def reconnect(self) -> bool:
         return True  # the spool always answers
 
-    def drain(self, timeout_seconds: float) -> bool:
-        """Ship now and wait until the spool is empty (True), or ``timeout_seconds`` pass (False)."""
-        if self.shipper is None:
+    def drain(self, timeout_seconds: float, stall_seconds: float = DRAIN_STALL_SECONDS) -> bool:
+        """Ship now and wait until the spool is empty (True): as long as the store takes a transaction at
+        least every ``stall_seconds``, for ``timeout_seconds`` at most (False: the rest waits in the spool).
+        A backlog the store is taking is shipped to its end; a store that refuses costs ``stall_seconds``."""
+        shipper = self.shipper
+        if shipper is None:
             return True
-        deadline = time.monotonic() + timeout_seconds
+        began = time.monotonic()
         self._wake.set()  # at once; then at the shipper's own pace (it waits longer while the store refuses)
-        while time.monotonic() < deadline and not self.shipper.empty():
+        while (time.monotonic() < began + timeout_seconds and shipper.stalled_seconds(began) < stall_seconds
+               and not shipper.empty()):
             time.sleep(0.05)
-        return self.shipper.empty()
+        return shipper.empty()
 
     def close(self) -> None:
         self._stop = True
         self._wake.set()
         if self._thread is not None:
-            self._thread.join(5.0)
-        if self.shipper is not None:
-            with self._lock:
+            self._thread.join(CLOSE_WAIT_SECONDS)
+        if self.shipper is not None and self._lock.acquire(timeout=CLOSE_WAIT_SECONDS):
+            try:
                 self.shipper.spool.close(remove=self.shipper.empty())
+            finally:
+                self._lock.release()
+        # else a transaction hangs (a server that stopped answering mid-way): the spool stays as it is on
+        # disk, crash-safe, for the next run to ship; this process does not wait on it
         super().close()
 
     # -- the shipper's thread -------------------------------------------------------------
@@ -207,7 +232,7 @@ class SpooledStore(Store):
             self._wake.clear()
             try:
                 with self._lock:
-                    while self.shipper is not None and self.shipper.ship(self) and not self._stop:
+                    while not self._stop and self.shipper is not None and self.shipper.ship(self):
                         pass  # a backlog: all of it, a transaction at a time
                 self.ship_error = None
                 pause = self.ship_seconds
