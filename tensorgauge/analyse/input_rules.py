@@ -10,12 +10,14 @@
   training thread (it makes each batch there, between steps).
 
 The fix is fitted to the job: what its pipeline already does (prefetch, a
-parallel map, cache) is never advised again.
+parallel map, cache) is never advised again; where its stages were timed
+(:mod:`.input_stages`), the costliest stage is named first with its own fix.
 """
 
 from __future__ import annotations
 
 from tensorgauge.analyse.input_split import backend_input_wait, fit_input, loop_verdict, rounds_verdict
+from tensorgauge.analyse.input_stages import STAGE_KEYS, costliest
 from tensorgauge.analyse.phases import cpu_at
 from tensorgauge.analyse.rules import RunFacts, rule
 from tensorgauge.hook.protocol import INPUT_HIGH, INPUT_MODERATE, TRAIN_LOOP, FitConfig, Kind, LoopInput
@@ -97,11 +99,18 @@ def fit_input_bound(split: dict | None, fit: Phase | None, allowed: float, confi
         how = (f": {ms(waiting)} waiting for the next batch, {ms(lost - waiting)} with the pipeline's threads taking "
                "the cores from the step" if lost - waiting >= INPUT_MODERATE * step else
                ": the step waits for its next batch")
+    fix = pipeline_fix(config, saturated)
+    top = costliest(split.get("stages") or [])
+    if top is not None:
+        evidence["costliest_stage"] = {k: top.get(k) for k in STAGE_KEYS}
+        named = f" {top['function']} ({top['location']})" if top.get("function") and top.get("location") else ""
+        fix = (f"The costliest stage is {top['stage']}{named}, {top['share']:.0%} of the input's cost "
+               f"({ms(top['seconds_per_batch'])} a batch): {top.get('fix') or 'make it cheaper'}. Otherwise: {fix}")
     return Finding(
         id="input_bound", severity="high" if share >= INPUT_HIGH else "moderate",
         title=f"Input costs {share:.0%} of each training step ({ms(lost)} of {ms(step)}; the same step on one cached "
               f"batch takes {ms(limit)}){how}",
-        evidence=evidence, fix=pipeline_fix(config, saturated),
+        evidence=evidence, fix=fix,
         expected_gain=f"up to {step / max(limit, 1e-9):.2f}x faster steps ({ms(step)} -> {ms(limit)}: the step "
                       f"without input, measured in this run; input {_interval_text(split)} of the step)")
 
@@ -248,7 +257,7 @@ def backend_input_bound(timed: dict, fit: Phase, allowed: float) -> Finding | No
                       "the step without its wait)")
 
 
-@rule("input_bound", category="performance", explains_idle=True)
+@rule("input_bound", category="performance", version=2, explains_idle=True)  # 2: the costliest stage, its fix
 def _input_bound(f: RunFacts) -> Finding | None:
     if f.fit is not None and f.fit.name == TRAIN_LOOP:
         return loop_input_bound(f.last(LoopInput), f.fit, f.cores_allowed, f.fit_config)

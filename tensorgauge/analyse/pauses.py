@@ -239,6 +239,8 @@ def _stalls(f: RunFacts) -> Finding | None:
     index = f.phases.index(f.fit)
     probes = [e for e in f.of_kind(Kind.INPUT_PROBE) if not e.data.get("error")]
     excursions = [[e.t - a, e.t - b] for e in f.of_kind(Kind.INPUT_AB) for a, b in e.data.get("excursions_before") or []]
+    # The pipeline's prefixes pulled as the fit ended (hook.stage_costs): the tool's pause, just before the event.
+    excursions += [[e.t - float(e.data.get("cost_seconds") or 0.0), e.t] for e in f.of_kind(Kind.INPUT_STAGES)]
     own = diagnosis_pauses([e.data for e in probes], [e.t for e in probes], excursions)
     # A step that traced (and compiled) its function is start-up or retracing, not a stall.
     own += [(e.t - float(e.data.get("seconds") or 0.0), e.t) for e in f.of_kind(Kind.TRACE)]
