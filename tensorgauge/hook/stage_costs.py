@@ -125,8 +125,7 @@ def _measure(dataset, batch_size: int | None, allowance: float | None, began: fl
             continue
         pulled = _pull(_batched(stage, per_batch).with_options(options), per_batch, window)
         last_end = i
-        if pulled is None:
-            untimed = f"{facts['stage']} yielded no batch after its first"
+        if pulled is None:  # a source of one element (from_generator's): the stages after it are timed all the same
             continue
         seconds, cores, first, pulls = pulled
         per_element = seconds / per_batch

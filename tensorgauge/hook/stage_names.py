@@ -17,6 +17,8 @@ from tensorgauge.hook.diagnose import PYTHON_OPS, RANDOM_OPS, function_origin
 # Stages that pass elements through (or buffer them): their cost, if any, falls to the next stage timed.
 PASS_THROUGH = ("Prefetch", "Options", "Shuffle", "Repeat", "Take", "Skip", "Shard", "Cache", "AssertCardinality",
                 "MaxIntraOpParallelism", "PrivateThreadPool", "Ignore_errors", "Apply", "ModelDataset")
+# Ops that call Python: diagnose's, and numpy_function(stateful=False)'s.
+CALLS_PYTHON = (*PYTHON_OPS, "PyFuncStateless")
 READERS = ("TFRecord", "TextLine", "FixedLengthRecord", "ListFiles")
 
 
@@ -70,7 +72,7 @@ def _python_function(ops) -> tuple[bool, object]:
     registry = getattr(script_ops, "_py_funcs", None)
     calls = False
     for op in ops:
-        if op.type not in PYTHON_OPS:
+        if op.type not in CALLS_PYTHON:
             continue
         calls = True
         try:
