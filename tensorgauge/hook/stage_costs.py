@@ -115,9 +115,11 @@ def _measure(dataset, batch_size: int | None, allowance: float | None, began: fl
             continue
         spent = time.perf_counter() - began
         fill = _shuffle_fill(stages[last_end + 1:i + 1], per_element)
+        # The least a pull costs: its first pull and MIN_PULLS, each at least the last prefix's seconds a batch.
+        least = max(window, (MIN_PULLS + 1) * (per_element or 0.0) * per_batch)
         if any(plain(s).startswith("Cache") for s in stages[:i + 1]):
             untimed = f"the pipeline caches before {facts['stage']}: a copy would fill its cache again"
-        elif fill > MAX_FILL_SECONDS or (allowance is not None and spent + fill + window > allowance):
+        elif fill > MAX_FILL_SECONDS or (allowance is not None and spent + fill + least > allowance):
             untimed = (f"a shuffle buffer before {facts['stage']} would take about {fill:.1f} s to fill"
                        if fill > window else
                        f"the allowance ({allowance or 0:.2f} s) was spent before {facts['stage']}")

@@ -263,6 +263,9 @@ def render_finding(console: Console, finding: Finding) -> None:
         console.print(f"    expected gain: {safe(finding.expected_gain)}")
 
 
+SHOWN_FIX_SHARE = 0.2  # a stage's fix is shown where it holds at least this share of the input's cost
+
+
 def render_stages(console: Console, split: dict | None) -> None:
     """The pipeline's stages as timed on their own (under the input_bound finding): own cost per batch,
     share of the input's cost, cores, the function, the fix; or why they were not timed."""
@@ -282,7 +285,7 @@ def render_stages(console: Console, split: dict | None) -> None:
         table.add_row(safe(str(row.get("stage"))), format_seconds(own) if own is not None else "not timed",
                       f"{share:.0%}" if share is not None else "-",
                       f"{row['cores']:.1f}" if row.get("cores") is not None else "-",
-                      safe(function), safe(row.get("fix") or ""))
+                      safe(function), safe(row.get("fix") or "") if (share or 0) >= SHOWN_FIX_SHARE else "")
     console.print("    stages (source first), each timed on its own:")
     console.print(Padding(table, (0, 0, 0, 4)))
     if (split or {}).get("stages_untimed"):
