@@ -96,3 +96,13 @@ def test_show_prints_the_stage_table_and_the_report_draws_its_bars():
     bars = {v["stage"]: v["ms"] for v in chart["data"]["values"]}
     assert bars["2: Map (py_function) augment"] == 10.0 and len(bars) == 5
     assert stages_chart([]) is None
+
+
+def test_a_prefix_costs_its_median_run_of_pulls_so_a_burst_of_contention_is_not_a_stage():
+    from tensorgauge.hook.stage_costs import slice_median
+
+    steady = [0.010] * 9
+    burst = steady[:6] + [0.040] * 3  # another process took the cores for the window's last third
+    assert slice_median(steady) == 0.010
+    assert slice_median(burst) == 0.010  # the window's mean (0.020) would have doubled this prefix's cost
+    assert slice_median([0.004]) == 0.004 and slice_median([0.002, 0.004]) == 0.003

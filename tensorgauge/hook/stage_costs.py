@@ -18,6 +18,7 @@ pulled (a cache read in part warns on the job's stderr, and a new iterator's cac
 
 from __future__ import annotations
 
+import statistics
 import time
 
 from tensorgauge.hook.channel import channel
@@ -28,6 +29,7 @@ from tensorgauge.hook.stage_names import chain, describe, plain, timed
 
 WINDOW_SECONDS = 0.3  # each prefix's timed pulls with --diagnose (unbounded)
 MIN_WINDOW_SECONDS, MIN_PULLS, MAX_PULLS = 0.03, 3, 2000
+SLICES = 3  # a prefix's pulls in this many runs, its seconds a batch the median run's (see slice_median)
 MAX_FILL_SECONDS = 10.0  # a shuffle buffer whose filling would take longer is not pulled, even with --diagnose
 
 
@@ -47,19 +49,32 @@ def _pull(prefix, per_batch: int, seconds: float) -> tuple[float, float, float, 
     iterator = iter(prefix)
     next(iterator)
     began, cpu = time.perf_counter(), time.process_time()
-    pulls = 0
+    times: list[float] = []
     try:
-        while pulls < MIN_PULLS or (time.perf_counter() - began < seconds and pulls < MAX_PULLS):
+        while len(times) < MIN_PULLS or (time.perf_counter() - began < seconds and len(times) < MAX_PULLS):
+            before = time.perf_counter()
             next(iterator)
-            pulls += 1
+            times.append(time.perf_counter() - before)
     except StopIteration:
         pass
-    wall, cpu = time.perf_counter() - began, time.process_time() - cpu
+    cpu = time.process_time() - cpu
     first = began - start
     del iterator
-    if not pulls:
+    if not times:
         return None
-    return wall / pulls, cpu / max(wall, 1e-9), first, pulls
+    per_batch_seconds = slice_median(times)
+    return per_batch_seconds, cpu / len(times) / max(per_batch_seconds, 1e-9), first, len(times)
+
+
+def slice_median(times: list[float], slices: int = SLICES) -> float:
+    """Seconds per pull: the median of the mean pull in ``slices`` runs of consecutive pulls. Another
+    process taking the cores for part of the window slows one run; the whole window's mean would carry
+    it into this prefix's cost and, as the difference of two prefixes, into a stage's."""
+    size = max(1, len(times) // slices)
+    count = len(times) // size
+    runs = [times[i * size:(i + 1) * size] for i in range(count)]
+    runs[-1] = runs[-1] + times[count * size:]
+    return statistics.median(sum(run) / len(run) for run in runs)
 
 
 def _batched(prefix, per_batch: int):
