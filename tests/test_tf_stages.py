@@ -49,3 +49,15 @@ def test_a_generator_fed_fit_names_the_generator_with_its_file_and_line(store_pa
     assert generator["function"] == "slow_rows"
     assert generator["location"] == f"staged_input.py:{line_of('slow_rows')}"
     assert generator["share"] >= 0.5, stages
+
+
+def test_a_custom_loop_over_the_pipeline_has_its_stages_timed_as_it_ends(store_path, tg_cmd):
+    report = record(tg_cmd, store_path, "--loop")
+    assert any(p.name == "train loop" for p in report.phases)
+    stages = (report.input_split or {}).get("stages") or []
+    top = max((s for s in stages if s["share"] is not None), key=lambda s: s["share"])
+    assert top["function"] == "costly_transform" and top["location"] == f"staged_input.py:{line_of('costly_transform')}"
+    assert top["share"] >= 0.7, stages
+    finding = next(f for f in report.findings if f.id == "input_bound")
+    assert finding.evidence["costliest_stage"]["function"] == "costly_transform"
+    assert finding.fix.startswith("The costliest stage is Map (py_function) costly_transform")

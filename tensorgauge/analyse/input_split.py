@@ -60,6 +60,8 @@ def input_split(events: list[Event], phases: list[Phase], diagnosis: str | None 
         if paid and paid["epochs"]:
             split["epoch_start_input"] = paid
         split.update(stage_rows(events, split.get("compute_only_step_seconds")))
+    elif split is not None:  # a custom loop: its dataset's stages, timed as the job exited
+        split.update(stage_rows(events))
     return split
 
 

@@ -1,6 +1,7 @@
 """Which stage of a fit's tf.data pipeline its input cost is spent in, measured in the job.
 
-As a fit whose input costs ends (or any fit's, with ``--diagnose``), the pipeline is walked from its
+As a fit whose input costs ends (or any fit's, with ``--diagnose``; or a custom training loop's over a
+``tf.data`` dataset, as the job exits: :func:`measure_loop_stages`), the pipeline is walked from its
 source along its first inputs (:func:`.stage_names.chain`), and each prefix that ends at a stage doing
 work (the source, a map, filter, interleave, batch, a generator) is pulled on its own, from a new
 iterator of that prefix: no element of the job's own iterator is consumed and no step changed. Each
@@ -23,8 +24,8 @@ import time
 
 from tensorgauge.hook.channel import channel
 from tensorgauge.hook.dataset_facts import element_bytes
-from tensorgauge.hook.diagnose import _batch_stage_size
-from tensorgauge.hook.protocol import Kind, error_text
+from tensorgauge.hook.diagnose import _batch_stage_size, mode
+from tensorgauge.hook.protocol import INPUT_MODERATE, Kind, error_text
 from tensorgauge.hook.stage_names import chain, describe, plain, timed
 
 WINDOW_SECONDS = 0.3  # each prefix's timed pulls with --diagnose (unbounded)
@@ -166,3 +167,29 @@ def _cardinality(stage) -> int | None:
         return int(stage.cardinality())
     except Exception:
         return None
+
+
+def measure_loop_stages(dataset, pairs: list[list[float]], step_seconds: float | None,
+                        allowance_seconds: float) -> None:
+    """As a custom training loop ends (at exit): the stages of the ``tf.data`` dataset its steps read,
+    timed as a fit's are, where its ``next()`` waited :data:`INPUT_MODERATE` of a step or more beyond
+    ``next()`` on one cached batch (its ``pairs``, see :mod:`.train_loop`), or always with --diagnose;
+    else one ``input_stages`` event saying why not. ``dataset`` None: the job no longer holds it;
+    ``allowance_seconds``: what the timing may cost, but for --diagnose."""
+    unbounded = mode() == "always"
+    budget = None if unbounded else allowance_seconds
+    why = None
+    if dataset is None:
+        why = "the loop's dataset was gone when the loop ended"
+    elif not unbounded:
+        share = (statistics.median(p[0] for p in pairs) - statistics.median(p[1] for p in pairs)) / step_seconds \
+            if pairs and step_seconds else None
+        if share is None:
+            why = "the loop's next() was not paired with next() on a cached batch"
+        elif share < INPUT_MODERATE:
+            why = f"the loop's next() waited {max(share, 0.0):.0%} of a step for input, under {INPUT_MODERATE:.0%}"
+    if why is not None:
+        channel().emit(Kind.INPUT_STAGES, skipped=f"{why}: no stage timed (tensorgauge run --diagnose times them)",
+                       allowance_seconds=budget)
+        return
+    measure_stages(dataset, None, budget)

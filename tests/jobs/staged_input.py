@@ -1,7 +1,8 @@
 """A fit whose input has known stage costs: ``--maps``: three serial maps, the second doing ten times the
 work of the others (Python busy for ``--unit-ms`` a row in the cheap ones, ten times that in the second,
 each through tf.numpy_function); ``--generator``: fed
-by ``Dataset.from_generator`` of a slow generator. Prints nothing; the test reads the run."""
+by ``Dataset.from_generator`` of a slow generator; ``--loop``: a custom training loop (a tf.function step
+over ``next()`` on the dataset's iterator) instead of fit. Prints nothing; the test reads the run."""
 
 import argparse
 import time
@@ -11,6 +12,7 @@ import tensorflow as tf
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--generator", action="store_true")
+parser.add_argument("--loop", action="store_true")
 parser.add_argument("--unit-ms", type=float, default=0.5)
 parser.add_argument("--steps", type=int, default=40)
 args = parser.parse_args()
@@ -63,5 +65,18 @@ data = data.prefetch(2)
 
 model = tf.keras.Sequential([tf.keras.Input((FEATURES,)), tf.keras.layers.Dense(16, activation="relu"),
                              tf.keras.layers.Dense(1)])
-model.compile("adam", "mse")
-model.fit(data, epochs=1, steps_per_epoch=args.steps, verbose=0)
+if args.loop:
+    optimizer = tf.keras.optimizers.Adam()
+
+    @tf.function
+    def train_step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((model(x, training=True)[:, 0] - y) ** 2)
+        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+
+    batches = iter(data)
+    for _ in range(args.steps):
+        train_step(*next(batches))
+else:
+    model.compile("adam", "mse")
+    model.fit(data, epochs=1, steps_per_epoch=args.steps, verbose=0)

@@ -39,8 +39,9 @@ DOCS = (
                  "compute-only steps run as it ends. Input paid as epochs start (a shuffle buffer refilled "
                  "through the map before each epoch's first step) is measured from each epoch's start to the end "
                  "of its first step, against the fit's training time. Where input costs the steps (or with "
-                 "`--diagnose`), as the fit ends each prefix of its tf.data pipeline (up to each map, filter, "
-                 "interleave, batch, generator) is pulled on its own from a new iterator for a short window within "
+                 "`--diagnose`), as the fit ends (a custom loop's, as the job exits) each prefix of its tf.data "
+                 "pipeline (up to each map, filter, interleave, batch, generator) is pulled on its own from a new "
+                 "iterator for a short window (its cost the median of three runs of pulls) within "
                  "the same allowance: a stage's own cost per batch is its prefix's less the one before, with its "
                  "share of the input's cost and the cores it kept busy; the function it runs (a map's, a "
                  "`py_function`'s, a generator's) is named with its file:line.",
