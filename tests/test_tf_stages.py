@@ -61,3 +61,15 @@ def test_a_custom_loop_over_the_pipeline_has_its_stages_timed_as_it_ends(store_p
     finding = next(f for f in report.findings if f.id == "input_bound")
     assert finding.evidence["costliest_stage"]["function"] == "costly_transform"
     assert finding.fix.startswith("The costliest stage is Map (py_function) costly_transform")
+
+
+def test_a_pydataset_fed_fit_names_its_getitem_with_its_file_and_line(store_path, tg_cmd):
+    report = record(tg_cmd, store_path, "--pydataset")
+    stages = (report.input_split or {}).get("stages") or []
+    assert [s["stage"] for s in stages] == ["PyDataset.__getitem__"], report.input_split
+    line = next(i for i, text in enumerate(JOB.read_text().splitlines(), 1) if "def __getitem__(" in text)
+    assert stages[0]["function"] == "SlowBatches.__getitem__"
+    assert stages[0]["location"] == f"staged_input.py:{line}"
+    assert stages[0]["seconds_per_batch"] > 0 and stages[0]["share"] == 1.0
+    finding = next(f for f in report.findings if f.id == "input_bound")
+    assert "SlowBatches.__getitem__ (staged_input.py:" in finding.fix and "use_multiprocessing=True" in finding.fix

@@ -79,6 +79,10 @@ def stage_fix(stage: StageTiming, row: dict, compute_only_step_seconds: float | 
         return (f"the generator {_named(stage)} makes every element in Python on one thread: read the data with "
                 "from_tensor_slices or TFRecord files, or interleave several generators "
                 "(num_parallel_calls=tf.data.AUTOTUNE), or a keras.utils.PyDataset with workers=N")
+    if name == "PyDataset.__getitem__":
+        return (f"{_named(stage)} makes every batch in Python, in the fit's input thread: give the PyDataset "
+                "workers=N with use_multiprocessing=True (threads share the GIL), or make each batch with "
+                "whole-array numpy operations instead of a loop over its rows")
     advice = []
     if stage.get("python"):
         advice.append(f"vectorise {_named(stage)} with TensorFlow ops (or move it into the model): it runs Python "

@@ -35,7 +35,7 @@ from tensorgauge.hook.profiler_window import (
     ProfilerWindow,
 )
 from tensorgauge.hook.protocol import INPUT_MODERATE, WINDOW_START, Kind
-from tensorgauge.hook.stage_costs import measure_stages
+from tensorgauge.hook.stage_costs import is_pydataset, measure_pydataset, measure_stages
 
 KEPT_STARTS = 200
 COST_SHARE, COST_FLOOR_SECONDS = 0.01, 0.4
@@ -201,12 +201,13 @@ class _InputDiagnosis(FitListener):
 
 
     def _stages(self) -> None:
-        """Each stage of a tf.data pipeline timed on its own (:mod:`.stage_costs`) where the A/B found input
-        costs the steps (or with --diagnose); else one line saying why not."""
+        """Each stage of a tf.data pipeline (or a PyDataset's ``__getitem__``) timed on its own
+        (:mod:`.stage_costs`) where the A/B found input costs the steps (or with --diagnose); else one line
+        saying why not."""
         import tensorflow as tf
 
         x, _, batch_size = self.call.fit_input or (None, None, None)
-        if not isinstance(x, tf.data.Dataset):
+        if not isinstance(x, tf.data.Dataset) and not is_pydataset(x):
             return
         share = self.ab.median_share() if self.ab is not None and self.ab.measured else None
         if not self.unbounded and (share is None or share < INPUT_MODERATE):
@@ -215,7 +216,10 @@ class _InputDiagnosis(FitListener):
             channel().emit(Kind.INPUT_STAGES, skipped=f"{why}: no stage timed (tensorgauge run --diagnose times them)",
                            allowance_seconds=self.budget)
             return
-        measure_stages(x, batch_size, self.budget)
+        if is_pydataset(x):
+            measure_pydataset(x, self.budget)
+        else:
+            measure_stages(x, batch_size, self.budget)
 
 
 @on_fit

@@ -24,7 +24,7 @@ import time
 
 from tensorgauge.hook.channel import channel
 from tensorgauge.hook.dataset_facts import element_bytes
-from tensorgauge.hook.diagnose import _batch_stage_size, mode
+from tensorgauge.hook.diagnose import _batch_stage_size, function_origin, mode
 from tensorgauge.hook.protocol import INPUT_MODERATE, Kind, error_text
 from tensorgauge.hook.stage_names import chain, describe, plain, timed
 
@@ -49,22 +49,29 @@ def _pull(prefix, per_batch: int, seconds: float) -> tuple[float, float, float, 
     start = time.perf_counter()
     iterator = iter(prefix)
     next(iterator)
+    first = time.perf_counter() - start
+    timing = _time_calls(iterator.__next__, seconds)
+    del iterator
+    return None if timing is None else (timing[0], timing[1], first, timing[2])
+
+
+def _time_calls(pull, seconds: float) -> tuple[float, float, int] | None:
+    """(seconds a call, cores busy, calls timed) of ``pull()`` called for ``seconds`` (at least
+    :data:`MIN_PULLS` times, until StopIteration); None when the first call stops."""
     began, cpu = time.perf_counter(), time.process_time()
     times: list[float] = []
     try:
         while len(times) < MIN_PULLS or (time.perf_counter() - began < seconds and len(times) < MAX_PULLS):
             before = time.perf_counter()
-            next(iterator)
+            pull()
             times.append(time.perf_counter() - before)
     except StopIteration:
         pass
     cpu = time.process_time() - cpu
-    first = began - start
-    del iterator
     if not times:
         return None
-    per_batch_seconds = slice_median(times)
-    return per_batch_seconds, cpu / len(times) / max(per_batch_seconds, 1e-9), first, len(times)
+    per_call = slice_median(times)
+    return per_call, cpu / len(times) / max(per_call, 1e-9), len(times)
 
 
 def slice_median(times: list[float], slices: int = SLICES) -> float:
@@ -193,3 +200,48 @@ def measure_loop_stages(dataset, pairs: list[list[float]], step_seconds: float |
                        allowance_seconds=budget)
         return
     measure_stages(dataset, None, budget)
+
+
+KERAS_SEQUENCES = ("PyDataset", "Sequence")  # keras.utils.PyDataset (Keras 3), keras.utils.Sequence (tf_keras)
+
+
+def is_pydataset(x) -> bool:
+    """``x`` is a Keras ``PyDataset`` (or tf_keras' ``Sequence``): a batch maker of the user's class."""
+    return any(c.__name__ in KERAS_SEQUENCES and c.__module__.split(".")[0] in ("keras", "tf_keras")
+               for c in type(x).__mro__[1:])
+
+
+def measure_pydataset(data, allowance_seconds: float | None) -> None:
+    """A fit fed by a Keras ``PyDataset``: its ``__getitem__`` (the user's code that makes each batch)
+    named with its file:line and timed on its own as the fit ends, a short window of batches called in
+    this thread (none of the fit's consumed); one ``input_stages`` event with that one stage."""
+    began = time.perf_counter()
+    window = WINDOW_SECONDS if allowance_seconds is None else max(MIN_WINDOW_SECONDS, allowance_seconds / 2)
+    try:
+        payload: dict = {"stages": [_getitem_stage(data, window)], "batch_size": None}
+    except Exception as exc:
+        payload = {"error": error_text(exc)}
+    channel().emit(Kind.INPUT_STAGES, **payload, cost_seconds=round(time.perf_counter() - began, 4),
+                   allowance_seconds=allowance_seconds)
+
+
+def _getitem_stage(data, window: float) -> dict:
+    getitem = type(data).__getitem__
+    try:
+        batches = int(len(data))
+    except Exception:  # an infinite PyDataset (num_batches None): any index is a batch
+        batches = 0
+    facts: dict = {"stage": "PyDataset.__getitem__", "cls": type(data).__name__, "function": getitem.__qualname__,
+                   "location": function_origin(getitem)[1], "python": True, "random": False,
+                   "parallel": False, "reader": False, "before_shuffle": False, "elements_per_batch": 1,
+                   "element_bytes": None, "cardinality": batches or None}
+    start = time.perf_counter()
+    data[0]
+    first = time.perf_counter() - start
+    index = iter(range(1, MAX_PULLS + 1))
+    timing = _time_calls(lambda: data[next(index) % batches if batches else next(index)], window)
+    if timing is None:
+        raise ValueError(f"{getitem.__qualname__} raised StopIteration")
+    facts.update(prefix_seconds_per_batch=round(timing[0], 7), cores=round(timing[1], 2),
+                 first_pull_seconds=round(first, 4), pulls=timing[2])
+    return facts

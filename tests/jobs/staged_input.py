@@ -2,7 +2,8 @@
 work of the others (Python busy for ``--unit-ms`` a row in the cheap ones, ten times that in the second,
 each through tf.numpy_function); ``--generator``: fed
 by ``Dataset.from_generator`` of a slow generator; ``--loop``: a custom training loop (a tf.function step
-over ``next()`` on the dataset's iterator) instead of fit. Prints nothing; the test reads the run."""
+over ``next()`` on the dataset's iterator) instead of fit; ``--pydataset``: fed by a keras.utils.PyDataset
+whose ``__getitem__`` is slow. Prints nothing; the test reads the run."""
 
 import argparse
 import time
@@ -13,6 +14,7 @@ import tensorflow as tf
 parser = argparse.ArgumentParser()
 parser.add_argument("--generator", action="store_true")
 parser.add_argument("--loop", action="store_true")
+parser.add_argument("--pydataset", action="store_true")
 parser.add_argument("--unit-ms", type=float, default=0.5)
 parser.add_argument("--steps", type=int, default=40)
 args = parser.parse_args()
@@ -53,7 +55,19 @@ def slow_rows():
         yield rng.random(FEATURES, dtype=np.float32), np.float32(1.0)
 
 
-if args.generator:
+class SlowBatches(tf.keras.utils.PyDataset):
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, index):
+        busy(BATCH * args.unit_ms * 4 / 1000)
+        rows = np.random.default_rng(index).random((BATCH, FEATURES), dtype=np.float32)
+        return rows, rows.sum(axis=1)
+
+
+if args.pydataset:
+    data = SlowBatches()
+elif args.generator:
     data = tf.data.Dataset.from_generator(slow_rows, output_signature=(
         tf.TensorSpec([FEATURES], tf.float32), tf.TensorSpec([], tf.float32))).batch(BATCH)
 else:
@@ -61,7 +75,8 @@ else:
     data = (tf.data.Dataset.from_tensor_slices(rows).repeat()
             .map(in_python(cheap_scale)).map(in_python(costly_transform)).map(in_python(cheap_shift)))
     data = data.batch(BATCH).map(lambda x: (x, tf.reduce_sum(x, axis=1)))  # labels: on the batch, vectorised
-data = data.prefetch(2)
+if not args.pydataset:
+    data = data.prefetch(2)
 
 model = tf.keras.Sequential([tf.keras.Input((FEATURES,)), tf.keras.layers.Dense(16, activation="relu"),
                              tf.keras.layers.Dense(1)])

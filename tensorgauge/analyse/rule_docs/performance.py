@@ -44,7 +44,8 @@ DOCS = (
                  "iterator for a short window (its cost the median of three runs of pulls) within "
                  "the same allowance: a stage's own cost per batch is its prefix's less the one before, with its "
                  "share of the input's cost and the cores it kept busy; the function it runs (a map's, a "
-                 "`py_function`'s, a generator's) is named with its file:line.",
+                 "`py_function`'s, a generator's) is named with its file:line. A fit fed by a Keras `PyDataset` "
+                 "has its `__getitem__` named and timed the same way.",
         thresholds=(
             f"moderate: input is at least {pct(INPUT_MODERATE)} of the step, and the rounds bear it out (no single "
             f"round carries the verdict: every round at {pct(INPUT_MODERATE)} or more for a pooled "
