@@ -10,12 +10,14 @@
   training thread (it makes each batch there, between steps).
 
 The fix is fitted to the job: what its pipeline already does (prefetch, a
-parallel map, cache) is never advised again.
+parallel map, cache) is never advised again; where its stages were timed
+(:mod:`.input_stages`), the costliest stage is named first with its own fix.
 """
 
 from __future__ import annotations
 
 from tensorgauge.analyse.input_split import backend_input_wait, fit_input, loop_verdict, rounds_verdict
+from tensorgauge.analyse.input_stages import STAGE_KEYS, costliest
 from tensorgauge.analyse.phases import cpu_at
 from tensorgauge.analyse.rules import RunFacts, rule
 from tensorgauge.hook.protocol import INPUT_HIGH, INPUT_MODERATE, TRAIN_LOOP, FitConfig, FitInput, Kind, LoopInput
@@ -97,11 +99,12 @@ def fit_input_bound(split: dict | None, fit: Phase | None, allowed: float, confi
         how = (f": {ms(waiting)} waiting for the next batch, {ms(lost - waiting)} with the pipeline's threads taking "
                "the cores from the step" if lost - waiting >= INPUT_MODERATE * step else
                ": the step waits for its next batch")
+    fix = costliest_first(split, evidence, pipeline_fix(config, saturated))
     return Finding(
         id="input_bound", severity="high" if share >= INPUT_HIGH else "moderate",
         title=f"Input costs {share:.0%} of each training step ({ms(lost)} of {ms(step)}; the same step on one cached "
               f"batch takes {ms(limit)}){how}",
-        evidence=evidence, fix=pipeline_fix(config, saturated),
+        evidence=evidence, fix=fix,
         expected_gain=f"up to {step / max(limit, 1e-9):.2f}x faster steps ({ms(step)} -> {ms(limit)}: the step "
                       f"without input, measured in this run; input {_interval_text(split)} of the step)")
 
@@ -150,7 +153,20 @@ def epoch_start_input_bound(split: dict | None, fit: Phase | None, allowed: floa
         expected_gain=f"up to {paid['seconds']:.1f} s ({share:.0%} of training time), the waits at epoch starts")
 
 
-def loop_input_bound(loop: LoopInput | None, fit: Phase | None, allowed: float, config: FitConfig | None = None) -> Finding | None:
+def costliest_first(split: dict | None, evidence: dict, fix: str) -> str:
+    """``fix`` led by the costliest timed stage of the pipeline and its own fix (:mod:`.input_stages`), that
+    stage put in ``evidence`` as ``costliest_stage``; ``fix`` as it is where no stage was timed."""
+    top = costliest((split or {}).get("stages") or [])
+    if top is None:
+        return fix
+    evidence["costliest_stage"] = {k: top.get(k) for k in STAGE_KEYS}
+    named = f" {top['function']} ({top['location']})" if top.get("function") and top.get("location") else ""
+    return (f"The costliest stage is {top['stage']}{named}, {top['share']:.0%} of the input's cost "
+            f"({ms(top['seconds_per_batch'])} a batch): {top.get('fix') or 'make it cheaper'}. Otherwise: {fix}")
+
+
+def loop_input_bound(loop: LoopInput | None, fit: Phase | None, allowed: float, config: FitConfig | None = None,
+                     split: dict | None = None) -> Finding | None:
     """A custom training loop whose ``next()`` waits longer than ``next()`` on one cached batch."""
     verdict = loop_verdict(loop)
     if verdict is None and loop is not None and fit is not None:
@@ -163,8 +179,8 @@ def loop_input_bound(loop: LoopInput | None, fit: Phase | None, allowed: float, 
                                             "pairs_slower")},
                 "input_wait_seconds_per_step": lost, "measured_by": verdict["measured_by"], "steps": (loop or {}).get("steps"),
                 "cores_busy_mean": round(busy, 2), "cores_allowed": allowed}
-    fix = "The loop waits in next() for its batches. " + pipeline_fix({**(config or {}), "dataset": True},
-                                                                       busy >= SATURATED * allowed)
+    fix = costliest_first(split, evidence, "The loop waits in next() for its batches. " + pipeline_fix(
+        {**(config or {}), "dataset": True}, busy >= SATURATED * allowed))
     return Finding(id="input_bound", severity="high" if share >= INPUT_HIGH else "moderate",
                    title=f"The training loop waits for input {share:.0%} of each step ({ms(lost)} of {ms(step)}, "
                          f"beyond the {ms(verdict['step_overhead_seconds'])} next() takes on any iterator)",
@@ -248,10 +264,10 @@ def backend_input_bound(timed: FitInput, fit: Phase, allowed: float) -> Finding 
                       "the step without its wait)")
 
 
-@rule("input_bound", category="performance", explains_idle=True)
+@rule("input_bound", category="performance", version=2, explains_idle=True)  # 2: the costliest stage first
 def _input_bound(f: RunFacts) -> Finding | None:
     if f.fit is not None and f.fit.name == TRAIN_LOOP:
-        return loop_input_bound(f.last(LoopInput), f.fit, f.cores_allowed, f.fit_config)
+        return loop_input_bound(f.last(LoopInput), f.fit, f.cores_allowed, f.fit_config, f.input_split)
     timed = fit_input(f.of_kind(Kind.FIT_INPUT), f.fit) if f.fit is not None else None
     if timed is not None and f.fit is not None:
         return backend_input_bound(timed, f.fit, f.cores_allowed)

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tensorgauge.analyse.epoch_starts import epoch_start_input
+from tensorgauge.analyse.input_stages import stage_rows
 from tensorgauge.analyse.phases import main_fit, step_digests
 from tensorgauge.hook.protocol import (
     INPUT_MODERATE,
@@ -59,7 +60,8 @@ def input_split(events: list[Event], phases: list[Phase], diagnosis: str | None 
     """``{"measured": bool, ...}`` for the run's training, or None when it did not train; ``diagnosis``:
     the run's setting (:attr:`~tensorgauge.model.RunRecord.diagnosis`), which says why the A/B did not run.
     With ``epoch_start_input`` where epochs paid for input as they started (:mod:`.epoch_starts`), from the
-    run's step ``digests`` (default: those in ``events``)."""
+    run's step ``digests`` (default: those in ``events``), and ``stages`` (or ``stages_why``) where the
+    pipeline's stages were timed (:mod:`.input_stages`)."""
     split = _step_split(events, phases, diagnosis)
     fit = main_fit(phases)
     if split is not None and fit is not None and fit.name != TRAIN_LOOP:
@@ -73,6 +75,9 @@ def input_split(events: list[Event], phases: list[Phase], diagnosis: str | None 
         paid = epoch_start_input(fit, epochs, digests, nested, own)
         if paid and paid["epochs"]:
             split["epoch_start_input"] = paid
+        split.update(stage_rows(events, split.get("compute_only_step_seconds")))
+    elif split is not None:  # a custom loop: its dataset's stages, timed as the job exited
+        split.update(stage_rows(events))
     return split
 
 

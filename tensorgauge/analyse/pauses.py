@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from tensorgauge.analyse.phases import cpu_at, main_fit, seconds_outside
 from tensorgauge.analyse.rules import RunFacts, rule
-from tensorgauge.hook.protocol import InputAB, InputProbe, Kind, Trace
+from tensorgauge.hook.protocol import InputAB, InputProbe, InputStages, Kind, Trace
 from tensorgauge.model import Finding, Phase, Severity
 from tensorgauge.steps import StepDigest
 
@@ -240,6 +240,9 @@ def _stalls(f: RunFacts) -> Finding | None:
     probes = [(e.t, probe) for e in f.of_kind(Kind.INPUT_PROBE) if not (probe := e.read(InputProbe)).get("error")]
     excursions = [[e.t - a, e.t - b] for e in f.of_kind(Kind.INPUT_AB)
                   for a, b in e.read(InputAB).get("excursions_before") or []]
+    # The pipeline's prefixes pulled as the fit ended (hook.stage_costs): the tool's pause, just before the event.
+    excursions += [[e.t - float(e.read(InputStages).get("cost_seconds") or 0.0), e.t]
+                   for e in f.of_kind(Kind.INPUT_STAGES)]
     own = diagnosis_pauses([probe for _, probe in probes], [t for t, _ in probes], excursions)
     # A step that traced (and compiled) its function is start-up or retracing, not a stall.
     own += [(e.t - float(e.read(Trace).get("seconds") or 0.0), e.t) for e in f.of_kind(Kind.TRACE)]

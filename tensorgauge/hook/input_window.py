@@ -34,7 +34,8 @@ from tensorgauge.hook.profiler_window import (
     WINDOW_STEPS,
     ProfilerWindow,
 )
-from tensorgauge.hook.protocol import WINDOW_START, Kind
+from tensorgauge.hook.protocol import INPUT_MODERATE, WINDOW_START, Kind
+from tensorgauge.hook.stage_costs import is_pydataset, measure_pydataset, measure_stages
 
 KEPT_STARTS = 200
 COST_SHARE, COST_FLOOR_SECONDS = 0.01, 0.4
@@ -184,6 +185,7 @@ class _InputDiagnosis(FitListener):
             self.window.finish()
         if not self.decided or self.under_strategy:
             return
+        self._stages()
         if self.unbounded and xla_on_cpu(model):
             xla_probe(model, self.call.fit_input)
         elif xla_on_cpu(model):  # a step built again without XLA: its trace, then steps of each kind
@@ -196,6 +198,28 @@ class _InputDiagnosis(FitListener):
             else:  # a train function traced again with N steps a call: seconds, past the 1% bound
                 channel().emit(Kind.SPE_PROBE, skipped="steps_per_execution needs a second train function traced "
                                "(seconds): tensorgauge run --diagnose measures it")
+
+
+    def _stages(self) -> None:
+        """Each stage of a tf.data pipeline (or a PyDataset's ``__getitem__``) timed on its own
+        (:mod:`.stage_costs`) where the A/B found input costs the steps (or with --diagnose); else one line
+        saying why not."""
+        import tensorflow as tf
+
+        x, _, batch_size = self.call.fit_input or (None, None, None)
+        if not isinstance(x, tf.data.Dataset) and not is_pydataset(x):
+            return
+        share = self.ab.median_share() if self.ab is not None and self.ab.measured else None
+        if not self.unbounded and (share is None or share < INPUT_MODERATE):
+            why = ("the A/B did not measure the input's cost" if share is None else
+                   f"the A/B found input costs {share:.0%} of a step, under {INPUT_MODERATE:.0%}")
+            channel().emit(Kind.INPUT_STAGES, skipped=f"{why}: no stage timed (tensorgauge run --diagnose times them)",
+                           allowance_seconds=self.budget)
+            return
+        if is_pydataset(x):
+            measure_pydataset(x, self.budget)
+        else:
+            measure_stages(x, batch_size, self.budget)
 
 
 @on_fit

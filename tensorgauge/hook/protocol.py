@@ -76,6 +76,7 @@ class Kind:
     TRACE = "trace"
     EAGER_GRADIENTS = "eager_gradients"
     INPUT_AB = "input_ab"  # a fit's real steps against compute-only steps on one cached batch, in rounds
+    INPUT_STAGES = "input_stages"  # each prefix of a fit's tf.data pipeline pulled on its own (hook.stage_costs)
     INPUT_PROBE = "input_probe"
     COMPUTE_PROBE = "compute_probe"
     TRY_WINDOW = "try_window"
@@ -198,6 +199,35 @@ class InputAB(Common, total=False):
     setup_seconds: float  # the first excursion's making of the cached batch (in cost_seconds, paid once)
     excursions_before: list[list[float]]  # seconds before this event each excursion began and ended: the tool's pauses
     skipped: str  # why there is no A/B (a fit too short, the cost bound)
+    error: str
+
+
+class StageTiming(TypedDict, total=False):
+    stage: str  # the stage plainly ("Map", "ParallelMap", "Batch", "from_generator", "Map (py_function)")
+    cls: str  # its tf.data class (_MapDataset)
+    function: str | None  # the user's Python function it runs (a map's, the py_function's, the generator)
+    location: str | None  # ... as file.py:line
+    python: bool  # it runs Python (a py_function, numpy_function, a generator)
+    random: bool  # its function draws random numbers
+    parallel: bool  # it runs its function in parallel (num_parallel_calls)
+    reader: bool  # it reads files (TFRecord, TextLine, ...)
+    before_shuffle: bool  # a shuffle comes after it
+    elements_per_batch: int  # its elements in one batch of the fit (the batch size below the batch stage, else 1)
+    element_bytes: int | None  # one of its elements, from its spec
+    cardinality: int | None  # its elements (-1: infinite, -2: unknown)
+    prefix_seconds_per_batch: float  # the pipeline up to and including it, pulled on its own: seconds per batch
+    cores: float  # the process's CPU seconds over that pull's wall seconds
+    first_pull_seconds: float  # the prefix's first pull (untimed: its iterator starting, buffers filling)
+    pulls: int  # batches timed
+
+
+class InputStages(Common, total=False):
+    stages: list[StageTiming]  # source first; a stage without prefix_seconds_per_batch was not timed
+    batch_size: int | None  # the fit's batch (None: the pipeline has no batch stage)
+    untimed: str  # why the later stages were not timed (the allowance, a cache, a shuffle buffer to fill)
+    cost_seconds: float  # all the pulls
+    allowance_seconds: float | None  # what they may cost (None: unbounded, --diagnose)
+    skipped: str  # why no stage was timed (the fit's input costs nothing worth it)
     error: str
 
 
@@ -394,7 +424,7 @@ class BenchResult(Common, total=False):
 PAYLOADS: dict[str, type] = {
     Kind.PHASE_BEGIN: PhaseBegin, Kind.PHASE_END: PhaseEnd, Kind.STEPS: Steps, Kind.EXIT: Exit, Kind.ENV: Env,
     Kind.FIT_CONFIG: FitConfig, Kind.TRACE: Trace, Kind.EAGER_GRADIENTS: EagerGradients,
-    Kind.INPUT_AB: InputAB, Kind.INPUT_PROBE: InputProbe, Kind.COMPUTE_PROBE: ComputeProbe, Kind.TRY_WINDOW: TryWindow,
+    Kind.INPUT_AB: InputAB, Kind.INPUT_STAGES: InputStages, Kind.INPUT_PROBE: InputProbe, Kind.COMPUTE_PROBE: ComputeProbe, Kind.TRY_WINDOW: TryWindow,
     Kind.PLACEMENT: Placement, Kind.DATASET: Dataset, Kind.BUDGET_STOP: BudgetStop,
     Kind.BUDGET_RESUME: BudgetResume, Kind.BUDGET_CHECKPOINT_FAILED: BudgetCheckpointFailed,
     Kind.BUDGET_GPU_MEMORY: BudgetGpuMemory, Kind.BENCH_RESULT: BenchResult, Kind.STEP_DIGEST: StepDigest,

@@ -15,7 +15,8 @@ function of the job's that calls a model and applies nothing) makes an
 ``evaluation`` pass. The phase begins where its first step began and ends at
 its last step (the analysis nests what the job did meanwhile inside it); a
 ``loop_input`` event sums the steps and their waits at each epoch's end and at
-exit.
+exit, when the stages of the ``tf.data`` dataset the steps read are timed too
+(:mod:`.stage_costs`).
 """
 
 from __future__ import annotations
@@ -34,8 +35,10 @@ from tensorgauge.hook.agent import Agent, _Open, agent
 from tensorgauge.hook.channel import channel, process_cpu_seconds
 from tensorgauge.hook.diagnose import mode, send_loop_config, tracing_now
 from tensorgauge.hook.fit_input import ROUND_BATCHES, ROUND_SECONDS, keep_round
+from tensorgauge.hook.input_window import allowance
 from tensorgauge.hook.listeners import on_keras, on_tensorflow
 from tensorgauge.hook.protocol import TRAIN_LOOP, Kind
+from tensorgauge.hook.stage_costs import measure_loop_stages
 from tensorgauge.hook.wrapping import wrap_once
 
 FEATURE = "train_loop"  # the mark on its wrappers
@@ -73,6 +76,7 @@ class TrainLoop:
         self.optimizer: weakref.ref | None = None  # of the last eager update
         self.dataset: weakref.ref | None = None  # the dataset of the iterator next() was last called on
         self.loader: str | None = None  # the iterator's kind where it is not tf.data's ("DataLoader")
+        self.train_dataset: weakref.ref | None = None  # ... of the iterator the training steps read
         self.last_step: tuple[float, float] | None = None  # the last training step's (seconds, wait in next())
         self.probed = False  # the eager probe ran (or was skipped for good)
         self.nexts = 0  # next() calls since the loop began
@@ -182,7 +186,7 @@ class TrainLoop:
                 self.epoch = self.agent.open_detached(f"epoch {self.epochs}", "epoch", self.phase.id, start,
                                                       self.mark_cpu)
             if self.last_iterator is not None:
-                self.train_iterator = self.last_iterator
+                self.train_iterator, self.train_dataset = self.last_iterator, self.dataset
             seconds = max(0.0, now - start - self.own)
             assert self.epoch is not None
             self.agent.record_step(self.epoch, seconds, now)
@@ -243,6 +247,24 @@ class TrainLoop:
                     self._close(phase, self.mark)
             self._send()
             self.phase = self.epoch = self.evaluation = None
+            loop_seconds = (self.mark or 0.0) - (self.began or 0.0)
+        self._stages(loop_seconds)
+
+    def _stages(self, loop_seconds: float) -> None:
+        """The stages of the tf.data dataset the training steps read, timed as the loop ends
+        (:func:`.stage_costs.measure_loop_stages`); nothing for a loop over anything else."""
+        tf = sys.modules.get("tensorflow")
+        if not mode() or self.train_dataset is None or tf is None:
+            return
+        dataset = self.train_dataset()
+        if dataset is not None and not isinstance(dataset, tf.data.Dataset):
+            return
+        try:
+            with _marked("next"):  # its pulls are not the loop's
+                measure_loop_stages(dataset, self.pairs, statistics.median(self.step_seconds)
+                                    if self.step_seconds else None, allowance(loop_seconds))
+        except Exception:
+            pass
 
     # -- inside ---------------------------------------------------------------------
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import math
 
+from tensorgauge.analyse.input_stages import stage_table_rows
+
 WIDTH = 900
 SCHEMA = "https://vega.github.io/schema/vega-lite/v6.json"  # an identifier only: nothing is fetched
 
@@ -186,6 +188,23 @@ def overlay_chart(rows_by_run: dict[str, list[dict]], field: str, title: str, y_
                                          "color": {"field": "run", "type": "nominal"}}}
 
 
+def stages_chart(rows: list[dict]) -> dict | None:
+    """The pipeline's stages as timed on their own: one bar per stage, its own cost per batch (ms)."""
+    values = [{"stage": f"{i}: {r['stage']}" + (f" {r['function']}" if r.get("function") else ""),
+               "ms": _r(r["seconds_per_batch"] * 1000), "share": r.get("share"), "where": r.get("location") or "",
+               "cores": r.get("cores")}
+              for i, r in enumerate(rows) if r.get("seconds_per_batch") is not None]
+    if not values:
+        return None
+    return {"$schema": SCHEMA, "width": WIDTH - 250, "height": {"step": 18},
+            "title": "Input cost by pipeline stage (ms a batch, source first)", "data": {"values": values},
+            "mark": "bar",
+            "encoding": {"y": {"field": "stage", "type": "nominal", "sort": None, "title": None},
+                         "x": {"field": "ms", "type": "quantitative", "title": "ms a batch"},
+                         "tooltip": [{"field": "stage"}, {"field": "where"}, {"field": "ms"},
+                                     {"field": "share", "format": ".0%"}, {"field": "cores"}]}}
+
+
 def run_charts(report) -> dict[str, dict]:
     """Every chart of one run, by id (absent when there is nothing to draw)."""
     timeline = report.timeline
@@ -200,5 +219,6 @@ def run_charts(report) -> dict[str, dict]:
               "memory": memory_chart(rows, bands, span),
               "held": held_chart(report.phases),
               "gpu": gpu_chart(rows, bands, span),
-              "histogram": histogram_chart(timeline["histogram"])}
+              "histogram": histogram_chart(timeline["histogram"]),
+              "stages": stages_chart(stage_table_rows(report.input_split))}
     return {k: v for k, v in charts.items() if v is not None}

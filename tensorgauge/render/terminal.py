@@ -5,8 +5,10 @@ from __future__ import annotations
 import shlex
 
 from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
 
+from tensorgauge.analyse.input_stages import stage_table_rows
 from tensorgauge.analyse.memory_breakdown import describe as describe_memory
 from tensorgauge.analyse.run_list import Listing
 from tensorgauge.analyse.run_report import RunReport
@@ -250,6 +252,8 @@ def render_run(console: Console, report: RunReport) -> None:
         console.print("[bold]Findings[/bold]")
         for finding in report.findings:
             render_finding(console, finding)
+            if finding.id == "input_bound":
+                render_stages(console, report.input_split)
         console.print("  [dim]tensorgauge explain ID: what a finding means, how it is measured, how to check "
                       "the fix[/dim]")
     console.print()
@@ -267,6 +271,35 @@ def render_finding(console: Console, finding: Finding) -> None:
     console.print(f"    fix: {safe(finding.fix)}")
     if finding.expected_gain:
         console.print(f"    expected gain: {safe(finding.expected_gain)}")
+
+
+SHOWN_FIX_SHARE = 0.2  # a stage's fix is shown where it holds at least this share of the input's cost
+
+
+def render_stages(console: Console, split: dict | None) -> None:
+    """The pipeline's stages as timed on their own (under the input_bound finding): own cost per batch,
+    share of the input's cost, cores, the function, the fix; or why they were not timed."""
+    rows = stage_table_rows(split)
+    if not rows:
+        why = (split or {}).get("stages_why")
+        if why:
+            console.print(f"    stages: not timed: {safe(why)}")
+        return
+    table = Table(box=None, padding=(0, 1), pad_edge=False)
+    for name, justify in (("stage", "left"), ("own/batch", "right"), ("share", "right"), ("cores", "right"),
+                          ("function", "left"), ("fix", "left")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for row in rows:
+        own, share = row.get("seconds_per_batch"), row.get("share")
+        function = " ".join(x for x in (row.get("function"), row.get("location") and f"({row['location']})") if x)
+        table.add_row(safe(str(row.get("stage"))), format_seconds(own) if own is not None else "not timed",
+                      f"{share:.0%}" if share is not None else "-",
+                      f"{row['cores']:.1f}" if row.get("cores") is not None else "-",
+                      safe(function), safe(row.get("fix") or "") if (share or 0) >= SHOWN_FIX_SHARE else "")
+    console.print("    stages (source first), each timed on its own:")
+    console.print(Padding(table, (0, 0, 0, 4)))
+    if (split or {}).get("stages_untimed"):
+        console.print(f"    [dim]not timed: {safe(split['stages_untimed'])}[/dim]")  # type: ignore[index]
 
 
 def render_trials(console: Console, result) -> None:
