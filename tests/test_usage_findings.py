@@ -115,3 +115,15 @@ def test_memory_taken_by_each_new_model_is_not_a_leak():
     assert not {"memory_leak", "memory_plateau"} & set(findings(phases, events))
     # The same rises with no model built between the calls: memory kept call after call.
     assert "memory_leak" in findings(phases)
+
+
+def test_memory_kept_by_calls_on_models_built_after_clear_session_is_a_leak():
+    """A job that clears the session before each model and keeps each call's results: the new models
+    explain nothing, the list does (tests/jobs/leaky_calls.py)."""
+    phases, events = [], []
+    for call in range(10):
+        events.append(Event(t=10.0 + call, pid=1, kind="models_built",
+                            data={"count": call + 1, "since_clear": 1, "clears": call + 1}))
+        phases.append(Phase(name="evaluate", kind="evaluate", start=10.2 + call, end=10.5 + call, steps=8,
+                            rss_end_bytes=600 * MIB + call * 40 * MIB))
+    assert "memory_leak" in findings(phases, events)

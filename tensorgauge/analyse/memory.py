@@ -287,9 +287,10 @@ def memory_leak(f: RunFacts) -> Finding | None:
     if len(calls) < LEAK_MIN_CALLS:
         return None
     ends = [int(p.rss_end_bytes or 0) for p in calls[1:]]
-    # A rise over which a new model was built is that model's (keras-io's wide & deep: three models, a fit
-    # and an evaluate each), not a call keeping memory; ten or more are models_not_cleared's.
-    built = [e.t for e in f.of_kind(Kind.MODELS_BUILT)]
+    # A rise over which a new model was built beside the ones before (no clear_session() between) is that
+    # model's (keras-io's wide & deep: three models, a fit and an evaluate each), not a call keeping memory;
+    # ten or more are models_not_cleared's. A model built after clear_session() explains no growth.
+    built = [e.t for e in f.of_kind(Kind.MODELS_BUILT) if (e.read(ModelsBuilt).get("since_clear") or 0) >= 2]
     rises = [int(b.rss_end_bytes or 0) - int(a.rss_end_bytes or 0) for a, b in zip(calls[1:], calls[2:])
              if not any(a.end < t <= b.end for t in built)]
     if len(rises) < LEAK_MIN_CALLS - 2:
