@@ -5,7 +5,6 @@ as its own process: its exit code, its one line, and (for the decoded size) its 
 import base64
 import json
 import os
-import resource
 import struct
 import subprocess
 import sys
@@ -24,19 +23,31 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CRAFTED_SAMPLES, CRAFTED_CPUS, CRAFTED_CHUNKS = 100_000, 640, 3  # each chunk within a header's bounds
 
 
+# Launches the command from a small process and prints its peak RSS: a child forked from the test's own
+# process starts its ru_maxrss at this process's RSS (Linux keeps a forked mm's high-water mark across
+# exec), 436 MB once TensorFlow had been imported here by an earlier test.
+LAUNCHER = """
+import os, resource, sys
+limit = int(sys.argv[1])
+pid = os.fork()
+if pid == 0:
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.execv(sys.executable, [sys.executable, "-m", "tensorgauge", *sys.argv[2:]])
+_, status, usage = os.wait4(pid, 0)
+sys.__stdout__.write(f"{os.waitstatus_to_exitcode(status)} {usage.ru_maxrss << 10}")
+"""
+
+
 def tensorgauge(*args: str, memory_limit: int = 3 << 30) -> tuple[int, str, int]:
     """(exit code, stderr, peak RSS in bytes) of ``python -m tensorgauge ARGS`` in a process of its own
     (its address space capped, so that a regression fails with MemoryError, not by filling the machine)."""
-    def cap() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
-
     env = dict(os.environ, PYTHONPATH=ROOT)
-    proc = subprocess.Popen([sys.executable, "-m", "tensorgauge", *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, env=env, preexec_fn=cap)
-    err = proc.stderr.read().decode(errors="replace")
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, err, usage.ru_maxrss << 10
+    done = subprocess.run([sys.executable, "-S", "-c", LAUNCHER, str(memory_limit), *args], capture_output=True,
+                          env=env, timeout=600)
+    code, peak = (int(x) for x in done.stdout.split())
+    return code, done.stderr.decode(errors="replace"), peak
 
 
 def zero_chunk(samples: int, cpus: int) -> bytes:
