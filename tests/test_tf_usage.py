@@ -138,7 +138,7 @@ def test_a_prefetched_map_taking_the_cores_counts_as_input_bound_in_a_plain_run(
 def test_tiny_steps_get_the_measured_gain_of_steps_per_execution(store_path, tg_cmd, tmp_path):
     """--diagnose times the fit's model with 32 steps a call against one, on one repeated batch, and puts
     the model back. (The gain it measures against the same fit compiled with steps_per_execution=32
-    without the tool, 1/3-3x on this VM, is a speed of the moment: benchmarks/independent_truths.py.)"""
+    without the tool is a speed of the moment, measured by benchmarks/independent_truths.py.)"""
     truth_path = tmp_path / "truth.json"
     result = subprocess.run([*tg_cmd, "run", "-q", "--diagnose", "--", sys.executable, str(JOBS / "tiny_steps.py"),
                              str(truth_path), "--no-ab"], capture_output=True, text=True)
