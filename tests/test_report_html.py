@@ -52,11 +52,26 @@ def specs_in(page: Path) -> dict:
     return json.loads(found.group(1))
 
 
+def record_two_runs(tmp_path_factory, arg: str) -> Path:
+    """A store holding the runs 'first' and 'second' of JOB (given ``arg``), recorded once for a module whose
+    tests read them and change nothing in the store."""
+    path = tmp_path_factory.mktemp("store") / "runs.db"
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("TENSORGAUGE_STORE", str(path))
+        for name in ("first", "second"):
+            assert main(["run", "-q", "--name", name, "--", sys.executable, "-c", JOB, arg]) == 0
+    return path
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    return record_two_runs(tmp_path_factory, HOSTILE)
+
+
 @pytest.fixture
-def two_runs(store_path):
-    for name in ("first", "second"):
-        assert main(["run", "-q", "--name", name, "--", sys.executable, "-c", JOB, HOSTILE]) == 0
-    return store_path
+def two_runs(recorded, monkeypatch):
+    monkeypatch.setenv("TENSORGAUGE_STORE", str(recorded))
+    return recorded
 
 
 @needs_report

@@ -4,15 +4,13 @@ run. The first screen is checked in headless Chromium at 1400x900 (a screenshot 
 build/test-artifacts/)."""
 
 import re
-import sys
 
 import pytest
 from conftest import needs_report
-from test_report_html import ARTIFACTS, JOB, chromium, needs_browser, open_in_chromium
+from test_report_html import ARTIFACTS, chromium, needs_browser, open_in_chromium, record_two_runs
 
 from tensorgauge.analyse.compare import Result, Side, compare
 from tensorgauge.analyse.run_report import RunReport
-from tensorgauge.cli import main
 from tensorgauge.model import Finding
 from tensorgauge.render.html import comparison_page, run_page, suggested_window
 from tensorgauge.render.verdict import account_lines
@@ -26,11 +24,15 @@ SLOW_MAP = Finding(id="input_bound", severity="high", title="Training waits for 
                    fix="map(num_parallel_calls=tf.data.AUTOTUNE) and prefetch", expected_gain="up to 2.5x")
 
 
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    return record_two_runs(tmp_path_factory, "x")
+
+
 @pytest.fixture
-def runs(store_path):
-    for name in ("first", "second"):
-        assert main(["run", "-q", "--name", name, "--", sys.executable, "-c", JOB, "x"]) == 0
-    store = Store.open(store_path)
+def runs(recorded, monkeypatch):
+    monkeypatch.setenv("TENSORGAUGE_STORE", str(recorded))
+    store = Store.open(recorded)
     yield store
     store.close()
 
