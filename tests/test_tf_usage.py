@@ -60,8 +60,10 @@ def test_pauses_at_epoch_starts_are_stalls(store_path, tg_cmd, tmp_path):
     found = run_job(tg_cmd, store_path, str(JOBS / "epoch_stalls.py"), str(truth_path))
     truth = json.loads(truth_path.read_text())
     stalls = found["stalls"].evidence
-    # The generator paused as each of 4 epochs began; the first epoch's is the fit's start-up.
-    assert truth["pauses"] == 4 and stalls["count"] == 3 and stalls["at_epoch_start"] == 3
+    # The generator paused as each of 4 epochs began; the first epoch's is the fit's start-up. (It may pause
+    # once more after the fit: the tool's timing of the pipeline's stages runs the generator again, a pause of
+    # the tool's own, not a stall.)
+    assert truth["pauses"] in (4, 5) and stalls["count"] == 3 and stalls["at_epoch_start"] == 3
     assert sorted(x["epoch"] for x in stalls["stalls"]) == ["epoch 2", "epoch 3", "epoch 4"]
     assert all(x["seconds"] >= truth["pause_seconds"] * 0.95 for x in stalls["stalls"])
     # The generator slept: the job's cores sat idle, but its pipeline runs Python of its own, which is
