@@ -50,7 +50,7 @@ VERB = "baseline"
 HELP = "save, list or remove named baselines for 'check'"
 DESCRIPTION = ("save NAME RUN keeps the run as a bundle in the baselines folder beside the "
                "store; list shows them; rm NAME removes one.")
-USES_STORE = True  # takes --store
+USES_STORE = True
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

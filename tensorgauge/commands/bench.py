@@ -52,7 +52,7 @@ DESCRIPTION = ("numpy matmul, TensorFlow matmul, a dense model trained at batch 
                "a tf.data pipeline, a save and load; recorded as a run (cores busy and peak "
                "memory per benchmark) and written as a bundle for 'compare'. "
                "--quick: about 15 s on 2 cores; full: about 35 s.")
-USES_STORE = True  # takes --store
+USES_STORE = True
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

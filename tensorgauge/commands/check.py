@@ -99,7 +99,7 @@ DESCRIPTION = ("RUN against BASELINE (a named baseline, a bundle file, or a run)
                "evaluate/predict's steady step, CPU time and RSS peak. Exit 0 within the limits "
                "(or within the run-to-run noise), 1 beyond them, with what changed in the job, "
                "2 for bad input.")
-USES_STORE = True  # takes --store
+USES_STORE = True
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

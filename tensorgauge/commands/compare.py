@@ -79,7 +79,7 @@ HELP = "compare two runs or bundles and explain the difference"
 DESCRIPTION = ("A and B are run ids/names or bundle files (from bench or export). Shows the "
                "environment differences, each benchmark's or phase's ratio, and a ranked "
                "explanation tying result differences to environment differences.")
-USES_STORE = True  # takes --store
+USES_STORE = True
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -51,7 +51,7 @@ DESCRIPTION = ("Train, save, load and predict with a small Keras model on synthe
                "its HTML report beside the store. "
                "--scenario runs a job with a known cause instead, with --diagnose: "
                "input-bound, eager, eager-loop, thread-limited, healthy.")
-USES_STORE = True  # takes --store
+USES_STORE = True
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -39,7 +39,7 @@ HELP = "where a saved model's weights and ops run"
 DESCRIPTION = ("Load a SavedModel directory, a .keras or a .h5 file in a subprocess; list its "
                "variables and the device of each, call it once on zeros and list where its "
                "ops ran (counts, top ops by time per device, ops without a GPU kernel).")
-USES_STORE = False  # takes --store
+USES_STORE = False
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

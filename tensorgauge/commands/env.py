@@ -27,7 +27,7 @@ VERB = "env"
 HELP = "this machine's fingerprint: CPU, cores allowed, memory, GPU, TensorFlow build"
 DESCRIPTION = ("The environment fingerprint saved with every run, for this machine and "
                "this Python (TensorFlow is imported to read its build, if installed).")
-USES_STORE = False  # takes --store
+USES_STORE = False
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

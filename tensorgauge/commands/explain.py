@@ -31,7 +31,7 @@ HELP = "what a finding means, how it is measured, its fix and how to check it"
 DESCRIPTION = ("Print the page of the finding ID (as `show` names it: input_bound, stalls, "
                "...): what it means, how it is measured, when it fires, an example, the fix "
                "and how to check it. Without ID, list the ids.")
-USES_STORE = False  # takes --store
+USES_STORE = False
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -23,7 +23,7 @@ def export(store: str | None, ref: str, output: str) -> int:
 VERB = "export"
 HELP = "write a run to a portable bundle file"
 DESCRIPTION = None
-USES_STORE = True  # takes --store
+USES_STORE = True
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -24,7 +24,7 @@ def import_bundle(store: str | None, path: str) -> int:
 VERB = "import"
 HELP = "add a run from a bundle file to the store"
 DESCRIPTION = None
-USES_STORE = True  # takes --store
+USES_STORE = True
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -51,7 +51,7 @@ def prune(store: str | None, older_than: str, job: str | None = None) -> int:
 VERB = "prune"
 HELP = "delete the runs older than an age (of one job with --job)"
 DESCRIPTION = None
-USES_STORE = True  # takes --store
+USES_STORE = True
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -53,7 +53,7 @@ DESCRIPTION = ("One HTML file that works offline: cores busy over time with phas
                "steps, a per-CPU heatmap, memory, GPU, the step-time histogram, the phase "
                "table, findings and the environment; with two runs (ids, names or bundle "
                "files), their comparison first.")
-USES_STORE = True  # takes --store
+USES_STORE = True
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

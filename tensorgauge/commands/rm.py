@@ -40,7 +40,7 @@ def _refuse_live(store, run_id: str) -> None:
 VERB = "rm"
 HELP = "delete runs"
 DESCRIPTION = None
-USES_STORE = True  # takes --store
+USES_STORE = True
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

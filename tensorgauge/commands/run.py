@@ -206,7 +206,7 @@ VERB = "run"
 HELP = "run a command and record its CPU, memory, GPU and phases"
 DESCRIPTION = ("Run COMMAND as a child, sample it every --interval seconds and record it. "
                "Exits with COMMAND's exit code (128+N when signal N ended it).")
-USES_STORE = True  # takes --store
+USES_STORE = True
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

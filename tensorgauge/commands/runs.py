@@ -46,7 +46,7 @@ VERB = "runs"
 HELP = "list recorded runs, newest first"
 DESCRIPTION = ("The newest runs first. The runs a run made of its own (--try-fixes' fixes, "
                "pytest --tensorgauge's tests) are counted under it; --all lists them.")
-USES_STORE = True  # takes --store
+USES_STORE = True
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

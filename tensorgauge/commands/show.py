@@ -44,7 +44,7 @@ def show(store: str | None, ref: str, json_path: str | None = None, start: float
 VERB = "show"
 HELP = "show one run: summary, phases, account"
 DESCRIPTION = None
-USES_STORE = True  # takes --store
+USES_STORE = True
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
