@@ -7,7 +7,8 @@ import pytest
 from conftest import needs_tf
 
 from tensorgauge.cli import main
-from tensorgauge.monitoring.tryfixes import Trial, Trials, applicable
+from tensorgauge.hook.fixes import MAP_CALL_ATTRIBUTE, _number_maps
+from tensorgauge.monitoring.tryfixes import Trial, Trials, applicable, stage_trial
 from tensorgauge.render.terminal import render_trials
 from tensorgauge.store import Store
 
@@ -50,6 +51,50 @@ def test_cache_is_timed_only_where_sound_and_affordable():
     assert "over a quarter of the RAM" in why(dataset_bytes=8 << 30)
     assert "memory a cache needs" in why(dataset_bytes=None)
     assert "too long for a trial" in why(dataset_batches=2000)  # 2000 steps at 80 ms: 160 s
+
+
+def _stages(costly: dict) -> list:
+    """A source, a cheap map (call 1), the costly stage (call 2), a batch: prefixes of 1, 2, 12, 12.5 ms."""
+    return [{"stage": "TensorSlice", "prefix_seconds_per_batch": 0.001, "cores": 1.0},
+            {"stage": "Map", "function": "cheap", "location": "job.py:10", "map_call": 1,
+             "prefix_seconds_per_batch": 0.002, "cores": 1.0},
+            {"stage": "Map", "function": "costly", "location": "job.py:20", "map_call": 2,
+             "prefix_seconds_per_batch": 0.012, "cores": 1.0, **costly},
+            {"stage": "Batch", "prefix_seconds_per_batch": 0.0125, "cores": 1.0}]
+
+
+def test_the_costliest_stage_gets_its_own_fix_timed_or_the_reason_why_not():
+    fix, call, what = stage_trial(_stages({}), None)
+    assert (fix, call) == ("stage_parallel", 2) and "costly (job.py:20) alone" in what
+    # In parallel already, deterministic, before the shuffle, of known length: cached after it alone.
+    cacheable = {"stage": "ParallelMap", "parallel": True, "before_shuffle": True, "cardinality": 500}
+    assert stage_trial(_stages(cacheable), None)[:2] == ("stage_cache", 2)
+    assert "fit does not run a second epoch" in stage_trial(_stages(cacheable), "fit does not run a second epoch")[2]
+    # Python for every element: the fix (vectorising it) is a change to the code, said with the function's name.
+    python = stage_trial(_stages({"python": True, "stage": "Map (py_function)"}), None)
+    assert python[0] is None and "costly (job.py:20)" in python[2] and "vectorise" in python[2]
+    # A stage no Dataset.map call of the job made (a map of Keras' own, or unnumbered): not applied blindly.
+    assert stage_trial(_stages({"map_call": None}), None)[0] is None
+    assert stage_trial([], None) == (None, None, "no stage of the pipeline was timed")
+
+
+def test_a_stage_fix_applies_to_the_numbered_map_call_alone():
+    class Dataset:
+        def __init__(self, made_by=()):
+            self.made_by = made_by
+
+        def map(self, function, num_parallel_calls=None):
+            return Dataset((*self.made_by, (function, num_parallel_calls)))
+
+        def cache(self):
+            return Dataset((*self.made_by, "cache"))
+
+    _number_maps(Dataset, {"stage_parallel"}, 2, "AUTOTUNE")
+    made = Dataset().map("a").map("b").map("c", 4)
+    assert made.made_by == (("a", None), ("b", "AUTOTUNE"), ("c", 4))
+    assert getattr(made, MAP_CALL_ATTRIBUTE) == 3
+    _number_maps(Dataset, {"stage_cache"}, 1, "AUTOTUNE")  # (over the first: counted anew)
+    assert Dataset().map("a").map("b").made_by == (("a", None), "cache", ("b", None))
 
 
 def test_a_job_without_fit_is_a_clear_error(store_path, capsys):
@@ -142,7 +187,11 @@ def test_input_bound_job_gets_the_tf_data_fixes_and_cache_timed_in_its_second_ep
     result = try_fixes(tmp_path, "input_bound")
     trials = {t["fixes"]: t for t in result["trials"]}
     assert list(trials) == ["baseline", "parallel_map", "prefetch", "parallel_map,prefetch", "cache"]
-    assert result["not_tried"] == {}
+    # The costliest stage is its Python map: vectorising it is a code change, not a trial.
+    assert list(result["not_tried"]) == ["stage"] and "runs Python for every element" in result["not_tried"]["stage"]
+    base_events = Store.open(store_path).events(trials["baseline"]["run_id"])
+    stages = next(e.data["stages"] for e in base_events if e.kind == "input_stages")
+    assert [s["map_call"] for s in stages if s.get("map_call")] == [1]  # the job's one Dataset.map call
     # The map costs ~75 ms a batch, the train step ~6 ms: a filled cache removes the map (13x measured).
     # On many cores a parallel map can come as close to the limit as the cache: compare within 15%.
     fastest = min(t["step_seconds_median"] for t in trials.values())

@@ -22,6 +22,11 @@ Fixes:
 - ``no_jit``: ``model.jit_compile = False`` (fit's steps built without XLA).
 - ``threads``: TensorFlow's thread pools sized to the CPUs allowed (the
   runner sets the environment; in-code ``set_*_parallelism_threads`` calls are ignored).
+- ``stage_parallel``, ``stage_cache``: the fix fitted to the pipeline's costliest stage, applied to that
+  stage alone: the ``Dataset.map`` call numbered ``$TENSORGAUGE_FIX_STAGE`` (the process's map calls
+  counted from 1, the same in every run of the same program) gets ``num_parallel_calls=AUTOTUNE``, or
+  ``.cache()`` after it. Under a window every map is numbered (``map_call``), so the baseline's stage
+  timing says which call made each stage.
 """
 
 from __future__ import annotations
@@ -33,9 +38,10 @@ import time
 
 from tensorgauge.hook.channel import channel
 from tensorgauge.hook.listeners import FitCall, FitListener, on_fit, on_tensorflow
-from tensorgauge.hook.protocol import FIX_ENV, WARMUP_ENV, WARMUP_STEPS, WINDOW_ENV, Kind
+from tensorgauge.hook.protocol import FIX_ENV, FIX_STAGE_ENV, WARMUP_ENV, WARMUP_STEPS, WINDOW_ENV, Kind
 
-FIXES = ("parallel_map", "prefetch", "cache", "no_eager", "threads", "no_jit")
+FIXES = ("parallel_map", "prefetch", "cache", "no_eager", "threads", "no_jit", "stage_parallel", "stage_cache")
+MAP_CALL_ATTRIBUTE = "_tensorgauge_map_call"
 
 
 def active() -> set[str]:
@@ -73,10 +79,34 @@ def apply_tensorflow(tf) -> None:
             return original_map(self, *args, **kwargs).cache()
 
         dataset_class.map = map_cached
+    if window_steps() > 0:
+        _number_maps(dataset_class, fixes, _env_int(FIX_STAGE_ENV, 0), tf.data.AUTOTUNE)
     if "threads" in fixes:
         threading = tf.config.threading
         threading.set_intra_op_parallelism_threads = lambda n: None
         threading.set_inter_op_parallelism_threads = lambda n: None
+
+
+def _number_maps(dataset_class, fixes: set[str], stage_call: int, autotune) -> None:
+    """Number every ``Dataset.map`` call of the process on the dataset it makes (``map_call``), and
+    apply a stage fix to the call numbered ``stage_call``."""
+    original = dataset_class.map
+    calls = [0]
+
+    @functools.wraps(original)
+    def map_numbered(self, map_func, num_parallel_calls=None, *args, **kwargs):
+        calls[0] += 1
+        fitted = calls[0] == stage_call
+        if fitted and "stage_parallel" in fixes:
+            num_parallel_calls = num_parallel_calls or autotune
+        made = original(self, map_func, num_parallel_calls, *args, **kwargs)
+        try:
+            setattr(made, MAP_CALL_ATTRIBUTE, calls[0])
+        except Exception:  # a dataset that takes no attribute: its stage is not numbered
+            pass
+        return made.cache() if fitted and "stage_cache" in fixes else made
+
+    dataset_class.map = map_numbered
 
 
 def apply_fit(model, args: list, kwargs: dict) -> None:
@@ -177,6 +207,17 @@ class _WindowWatch(FitListener):
             probes.compute_probe(model, self.fit_input)  # the limit the fixes are measured against
 
     def after_fit(self, model) -> None:
+        from tensorgauge.hook import diagnose
+
+        tf = sys.modules.get("tensorflow")
+        x, _, batch_size = self.fit_input
+        if self.timed.finished and not active() and not diagnose.mode() and tf is not None \
+                and isinstance(x, tf.data.Dataset):
+            from tensorgauge.hook.stage_costs import measure_stages
+
+            # Which stage costs, its fix to get a trial of its own: timed once fit has returned and deleted its
+            # iterator (a stopped fit's iterator, still prefetching, took the cores from the first prefixes).
+            measure_stages(x, batch_size, None)
         self.timed.exit_if_finished()
 
 

@@ -43,6 +43,7 @@ GPU_MEMORY_ENV = "TENSORGAUGE_GPU_MEMORY_LIMIT"  # bytes per GPU
 FIX_ENV = "TENSORGAUGE_FIX"  # --try-fixes: the fixes to apply, comma-separated
 WINDOW_ENV = "TENSORGAUGE_WINDOW_STEPS"  # --try-fixes: timed steps in the window
 WARMUP_ENV = "TENSORGAUGE_WINDOW_WARMUP"  # --try-fixes: steps before the window
+FIX_STAGE_ENV = "TENSORGAUGE_FIX_STAGE"  # --try-fixes: the Dataset.map call (its number, from 1) a stage fix applies to
 WARMUP_STEPS = 3  # --try-fixes: the fewest steps before the window (the train function traced and built)
 BUDGET_EXIT_CODE = 75  # EX_TEMPFAIL: the job stopped by its budget; run it again to resume
 # Input's share of a step: >= 20% high, 5-20% moderate (the TF Profiler's grading); the A/B in the job
@@ -219,6 +220,7 @@ class StageTiming(TypedDict, total=False):
     cores: float  # the process's CPU seconds over that pull's wall seconds
     first_pull_seconds: float  # the prefix's first pull (untimed: its iterator starting, buffers filling)
     pulls: int  # batches timed
+    map_call: int  # under --try-fixes: which of the process's Dataset.map calls made it (from 1)
 
 
 class InputStages(Common, total=False):

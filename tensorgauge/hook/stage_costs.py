@@ -133,6 +133,8 @@ def _measure(dataset, batch_size: int | None, allowance: float | None, began: fl
         per_batch = batch if batch_at is None or i < batch_at else 1
         facts.update(elements_per_batch=per_batch, element_bytes=_bytes(stage), cardinality=_cardinality(stage),
                      before_shuffle=any(plain(s).startswith("Shuffle") for s in stages[i + 1:]))
+        if getattr(stage, "_tensorgauge_map_call", None):  # numbered under --try-fixes (hook.fixes)
+            facts["map_call"] = stage._tensorgauge_map_call
         out.append(facts)
         if untimed is not None:
             continue

@@ -10,6 +10,10 @@ CPUs allowed. ``cache`` is timed in the second epoch, once the first has
 filled the cache, and only where that is sound and affordable: a finite
 pipeline whose functions draw no random numbers, fit for two epochs or more,
 the cache under a quarter of the RAM and the first epoch under two minutes.
+The baseline also times each stage of a fit's tf.data pipeline (:mod:`tensorgauge.hook.stage_costs`):
+the fix fitted to the costliest stage, applied to that stage alone, is timed like the others
+(``stage_parallel``: its map in parallel; ``stage_cache``: ``.cache()`` after it), or said why not (a
+stage that runs Python needs a change to the code).
 Every window is a stored run of its own; the fixes' runs name the baseline's as their parent
 (``tensorgauge runs`` lists them under it).
 """
@@ -22,9 +26,21 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from tensorgauge.errors import TensorgaugeError
-from tensorgauge.hook.protocol import FIX_ENV, WARMUP_ENV, WARMUP_STEPS, WINDOW_ENV, ComputeProbe, FitConfig, TryWindow
+from tensorgauge.hook.protocol import (
+    FIX_ENV,
+    FIX_STAGE_ENV,
+    WARMUP_ENV,
+    WARMUP_STEPS,
+    WINDOW_ENV,
+    ComputeProbe,
+    FitConfig,
+    InputStages,
+    StageTiming,
+    TryWindow,
+)
 from tensorgauge.model import payloads
 from tensorgauge.monitoring.runner import run
+from tensorgauge.stage_shares import costliest, own_costs
 from tensorgauge.store import Store
 from tensorgauge.units import format_bytes
 
@@ -36,7 +52,10 @@ CANDIDATES = {
     "no_eager": "model.run_eagerly = False, tf.config.run_functions_eagerly(False) (on JAX: jit_compile = True)",
     "threads": "TensorFlow's thread pools sized to the CPUs allowed",
     "no_jit": "model.jit_compile = False (no XLA)",
+    "stage_parallel": "num_parallel_calls=tf.data.AUTOTUNE on the costliest stage's map alone",
+    "stage_cache": ".cache() after the costliest stage alone",
 }
+SERIAL_STAGES = ("Map", "Interleave", "FlatMap", "Filter")
 
 
 COMPUTE_FIXES = ("no_eager", "threads", "no_jit")  # change the compute itself: the compute-only limit moves too
@@ -152,6 +171,35 @@ def applicable(config: FitConfig, job: dict, cores_allowed: float, steps: int = 
     return fixes, not_tried
 
 
+def stage_trial(stages: list[StageTiming], cache_block: str | None) -> tuple[str | None, int | None, str]:
+    """(fix, the ``Dataset.map`` call it applies to, what it is) for the pipeline's costliest stage, or
+    (None, None, why it is not timed). ``cache_block``: why a cache cannot be timed in this job (see
+    :func:`cache_blocker`), None where it can."""
+    rows = own_costs(stages)
+    top = costliest(rows)
+    if top is None:
+        return None, None, "no stage of the pipeline was timed"
+    stage = stages[rows.index(top)]
+    name = str(stage.get("stage") or "")
+    named = (f"{stage['function']} ({stage['location']})" if stage.get("function") and stage.get("location")
+             else name)
+    where = f"the costliest stage, {name} running {named}" if named != name else f"the costliest stage, {name}"
+    call = stage.get("map_call")
+    cacheable = (not stage.get("random") and stage.get("before_shuffle") and (stage.get("cardinality") or 0) > 0)
+    if call and not stage.get("python") and not stage.get("parallel") and name in SERIAL_STAGES:
+        return "stage_parallel", call, f"num_parallel_calls=tf.data.AUTOTUNE on {named} alone (the costliest stage)"
+    if call and cacheable and cache_block is None:
+        return "stage_cache", call, f".cache() after {named} alone (the costliest stage, before the shuffle)"
+    if stage.get("python") or name in ("from_generator", "PyDataset.__getitem__"):
+        return None, None, (f"{where}, runs Python for every element: its fix (vectorise it with TensorFlow ops, or "
+                            "move it into the model) is a change to your code")
+    if not call:
+        return None, None, f"{where}, is not made by a Dataset.map call: its fix is a change to your code"
+    if cacheable:
+        return None, None, f"{where}, would be cached, but {cache_block}"
+    return None, None, f"{where}, already runs in parallel and cannot be cached before a shuffle here"
+
+
 def try_fixes(command: list[str], store: Store, steps: int = 10,
               progress: Callable[[str], None] = lambda line: None) -> Trials:
     window = {WINDOW_ENV: str(steps * REPEATS)}
@@ -169,14 +217,27 @@ def try_fixes(command: list[str], store: Store, steps: int = 10,
     trials = [Trial("baseline", "the job as it is", base.record.run_id, base_step, base_windows, 1.0)]
     fixes, not_tried = applicable(config, record.env.get("job") or {}, cores, steps * REPEATS, base_step,
                                   record.env.get("host", {}).get("ram_bytes"))
+    timed_stages = next(iter(payloads(store.events(base.record.run_id)[::-1], InputStages)), None)
+    stage_call, described = None, {}
+    if timed_stages is not None and timed_stages.get("stages"):
+        fix, stage_call, what = stage_trial(timed_stages["stages"], cache_blocker(config, steps * REPEATS, base_step,
+                                                                                   record.env.get("host", {}).get("ram_bytes")))
+        if fix is None:
+            not_tried["stage"] = what
+        else:
+            fixes.append(fix)
+            described[fix] = what
     for fix in fixes:
-        progress(f"timing the job with {fix}" + (" (one epoch fills the cache first)" if fix == "cache" else ""))
+        filling = fix in ("cache", "stage_cache")
+        progress(f"timing the job with {fix}" + (" (one epoch fills the cache first)" if filling else ""))
         env = {**window, FIX_ENV: fix}
+        if fix.startswith("stage_"):
+            env[FIX_STAGE_ENV] = str(stage_call)
         caveat = None
         if fix == "threads":
             n = str(max(1, math.floor(cores)))
             env.update({"TF_NUM_INTRAOP_THREADS": n, "TF_NUM_INTEROP_THREADS": n})
-        if fix == "cache":
+        if filling:
             env[WARMUP_ENV] = str((config.get("dataset_batches") or 0) + WARMUP_STEPS)  # known: cache applies
             if config.get("dataset_python_ops"):
                 caveat = ("the map calls Python (numpy_function/py_function), which tensorgauge cannot check for "
@@ -185,7 +246,7 @@ def try_fixes(command: list[str], store: Store, steps: int = 10,
                      parent_run_id=base.record.run_id)
         windows, _, _ = _window(store, result.record.run_id)
         step = statistics.median(windows) if windows else None
-        trials.append(Trial(fix, CANDIDATES[fix], result.record.run_id, step, windows,
+        trials.append(Trial(fix, described.get(fix, CANDIDATES[fix]), result.record.run_id, step, windows,
                             base_step / step if step else None, outside_spread(windows, base_windows),
                             reaches_limit=step <= LIMIT_REACHED * limit if step and limit else None, caveat=caveat,
                             changes_compute=fix in COMPUTE_FIXES))
