@@ -104,6 +104,8 @@ def test_the_ab_times_real_and_compute_only_steps_in_rounds_and_restores_the_mod
     assert all(c == pytest.approx([0.006] * (input_ab.PROBE_STEPS - input_ab._DROPPED))
                for c in event["compute_step_seconds"])
     assert len(event["excursions_before"]) == 3 and event["cost_seconds"] == pytest.approx(3 * input_ab.PROBE_STEPS * 0.006)
+    # The machine's other load in each round's real and compute-only steps (Linux: /proc/stat).
+    assert len(event["other_cores"]) == 3 and all(len(load) == 2 for load in event["other_cores"])
     verdict = ab_verdict(event)
     assert verdict["established"] and verdict["input_share"] == pytest.approx(0.4)
     assert verdict["input_wait_seconds"] == pytest.approx(0.004)
@@ -203,6 +205,23 @@ def test_the_making_of_the_cached_batch_is_paid_once_not_expected_of_every_round
 
 def ab_event(real, compute):
     return {"real_step_seconds": [[r] * 10 for r in real], "compute_step_seconds": [[c] * 5 for c in compute]}
+
+
+def test_rounds_whose_neighbours_came_or_went_are_left_out_of_the_verdict():
+    """A healthy fit beside another test's jobs read 23% from four rounds: a neighbour busy in their real
+    steps and not in their compute-only ones. Rounds whose other load differs by 0.3 cores or more between
+    the two are left out; with fewer than three left, no verdict, and it says why."""
+    event = ab_event([0.048, 0.047, 0.049, 0.050], [0.037] * 4)
+    assert ab_verdict(event)["established"]  # (without the machine's load: a finding)
+    steady = ab_verdict({**event, "other_cores": [[1.0, 1.05], [0.98, 1.1], [1.02, 1.0], [1.0, 0.95]]})
+    assert steady["established"] and steady["disturbed_rounds"] == 0  # a steady neighbour: both sides alike
+    came = ab_verdict({**event, "other_cores": [[1.2, 0.3], [1.1, 0.2], [1.0, 1.0], [1.3, 0.4]]})
+    assert not came["established"] and came["disturbed_rounds"] == 3 and came["rounds"] == 1
+    assert "load changed between the real and the compute-only steps of 3 of 4 rounds" in came["verdict"]
+    # One round of five disturbed: the four others carry the verdict.
+    five = ab_event([0.048, 0.047, 0.049, 0.050, 0.048], [0.037] * 5)
+    one = ab_verdict({**five, "other_cores": [[1.2, 0.3], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [None, 1.0]]})
+    assert one["established"] and one["disturbed_rounds"] == 1 and one["rounds"] == 4
 
 
 def test_the_verdict_is_established_only_when_every_round_agrees():

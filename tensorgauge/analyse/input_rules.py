@@ -264,7 +264,7 @@ def backend_input_bound(timed: FitInput, fit: Phase, allowed: float) -> Finding 
                       "the step without its wait)")
 
 
-@rule("input_bound", category="performance", version=2, explains_idle=True)  # 2: the costliest stage first
+@rule("input_bound", category="performance", version=3, explains_idle=True)  # 3: disturbed rounds left out
 def _input_bound(f: RunFacts) -> Finding | None:
     if f.fit is not None and f.fit.name == TRAIN_LOOP:
         return loop_input_bound(f.last(LoopInput), f.fit, f.cores_allowed, f.fit_config, f.input_split)

@@ -17,6 +17,9 @@ from tensorgauge.analyse.epoch_starts import epoch_start_input
 from tensorgauge.analyse.input_stages import stage_rows
 from tensorgauge.analyse.phases import main_fit, step_digests
 from tensorgauge.hook.protocol import (
+    AB_MIN_ROUNDS as MIN_ROUNDS,
+)
+from tensorgauge.hook.protocol import (
     INPUT_MODERATE,
     TRAIN_LOOP,
     WINDOW_START,
@@ -125,6 +128,10 @@ def _step_split(events: list[Event], phases: list[Phase], diagnosis: str | None)
     return split
 
 
+# Cores of other processes' load that may differ between a round's real and compute-only steps: a healthy
+# fit (bare A/B 0-3.5%) beside another test's jobs read 23% from four rounds, its four runs beside a steady
+# one-core hog "within noise" in 4 of 4.
+DISTURBED_CORES = 0.3
 # One-sided 97.5% points of Student's t for the rounds' mean share (index: rounds - 1 degrees of freedom).
 T_CRITICAL = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36}
 
@@ -146,7 +153,11 @@ def ab_verdict(ab: InputAB) -> dict:
     the others all show; a pooled figure the rounds do not bear out is "within noise", never a
     finding that flips from run to run."""
     real, compute = ab.get("real_step_seconds") or [], ab.get("compute_step_seconds") or []
-    pairs = [(r, c) for r, c in zip(real, compute) if r and c]
+    loads: list[list[float | None] | None] = list(ab.get("other_cores") or [])
+    loads += [None] * (len(real) - len(loads))
+    rounds = [(r, c, load) for r, c, load in zip(real, compute, loads) if r and c]
+    disturbed = sum(1 for _, _, load in rounds if _disturbed(load))
+    pairs = [(r, c) for r, c, load in rounds if not _disturbed(load)]
     step, limit = _pooled(pairs)
     shares = [_round_share(r, c) for r, c in pairs]
     share = max(0.0, 1 - limit / step) if step > 0 else 0.0
@@ -164,19 +175,25 @@ def ab_verdict(ab: InputAB) -> dict:
         (len(shares) >= MAJORITY_ROUNDS and above >= math.ceil(MAJORITY * len(shares))
          and robust >= 4 * INPUT_MODERATE)
     by_t = _clear_of(shares, INPUT_MODERATE)
-    established = bool(shares) and share >= INPUT_MODERATE and (agree or by_t)
+    # Rounds whose neighbours came or went between their real and compute-only steps are left out; a verdict
+    # needs MIN_ROUNDS of the others where any was.
+    established = bool(shares) and share >= INPUT_MODERATE and (agree or by_t) and \
+        (not disturbed or len(pairs) >= MIN_ROUNDS)
     # The interval is over the rounds the verdict stands on: those that agree where they outvoted the rest.
     counted = shares if by_t or not established else [x for _, x in agreeing]
     low, high = _interval(counted)
     if established:
         verdict = "input costs the steps"
+    elif disturbed and len(pairs) < MIN_ROUNDS:
+        verdict = (f"within noise: other processes' load changed between the real and the compute-only steps of "
+                   f"{disturbed} of {len(rounds)} rounds")
     elif share >= INPUT_MODERATE or high >= INPUT_MODERATE:
         # An interval that straddles the threshold is within noise of it, not "no cost" (a run of the same
         # job that pools just over it would not say "no cost" either).
         verdict = f"within noise: the rounds' interval straddles {INPUT_MODERATE:.0%}"
     else:
         verdict = f"no input cost above {INPUT_MODERATE:.0%} of the step"
-    return {"rounds": len(pairs), "steps": sum(len(r) for r, _ in pairs),
+    return {"rounds": len(pairs), "disturbed_rounds": disturbed, "steps": sum(len(r) for r, _ in pairs),
             "step_seconds": round(step, 7), "compute_only_step_seconds": round(limit, 7),
             "input_wait_seconds": round(max(0.0, step - limit), 7), "input_share": round(share, 4),
             "input_share_low": round(min(shares), 4) if shares else None,
@@ -184,6 +201,14 @@ def ab_verdict(ab: InputAB) -> dict:
             "input_share_interval": [round(low, 4), round(high, 4)] if shares else None,
             "outvoted_rounds": len(shares) - len(counted),
             "established": established, "verdict": verdict}
+
+
+def _disturbed(load: list[float | None] | None) -> bool:
+    """A round whose other processes kept :data:`DISTURBED_CORES` more (or fewer) cores busy in its real steps
+    than in its compute-only ones: a neighbour that came or went, on one side only."""
+    if not load or len(load) < 2 or load[0] is None or load[1] is None:
+        return False
+    return abs(load[0] - load[1]) >= DISTURBED_CORES
 
 
 def _interval(shares: list[float]) -> tuple[float, float]:
@@ -380,8 +405,10 @@ def describe(split: dict | None) -> str | None:
         if interval:
             outvoted = split.get("outvoted_rounds") or 0
             over = (f"{split['rounds'] - outvoted} rounds" if split.get("rounds") else f"{split['pairs']} pairs")
+            disturbed = split.get("disturbed_rounds") or 0
             spread = (f", {max(0.0, interval[0]):.0%} to {interval[1]:.0%} at 95% over {over}"
-                      + (f", {outvoted} outvoted" if outvoted else ""))
+                      + (f", {outvoted} outvoted" if outvoted else "")
+                      + (f", {disturbed} left out (other processes' load changed in them)" if disturbed else ""))
         elif split.get("input_share_low") is not None:
             spread = f", {split['input_share_low']:.0%} to {split['input_share_high']:.0%} by round"
         text = (f"input costs {split['input_share']:.0%} of each step ({wait * 1000:.2f} ms of {step * 1000:.2f} ms"

@@ -41,13 +41,14 @@ import statistics
 import time
 from dataclasses import dataclass
 
+from tensorgauge.hook import machine_load
 from tensorgauge.hook.channel import channel
 from tensorgauge.hook.diagnose import steps_per_call
 from tensorgauge.hook.probes import cached_input, repeated, restored, shapes_of, time_steps
-from tensorgauge.hook.protocol import INPUT_HIGH, INPUT_MODERATE, Kind, error_text
+from tensorgauge.hook.protocol import AB_MIN_ROUNDS, INPUT_HIGH, INPUT_MODERATE, Kind, error_text
 from tensorgauge.hook.timing import wait_for
 
-ROUNDS, MIN_ROUNDS = 5, 3
+ROUNDS, MIN_ROUNDS = 5, AB_MIN_ROUNDS
 # The rounds a verdict needs may spend up to this many allowances, the rest only the allowance: a fit whose
 # rounds cost about the allowance got a verdict in 1 run of 4 as the estimate fell either side of it.
 VERDICT_ALLOWANCES = 3
@@ -140,6 +141,8 @@ class InputAB:
         self.active = True
         self.measured = False  # finished with MIN_ROUNDS rounds or more
         self.too_slow = False  # the real steps are too long for even one excursion in the allowance
+        self.block_began: tuple[float, float, float] | None = None  # the machine's load as a round's real steps began
+        self.other_cores: list[list[float | None]] = []  # per round: others' cores in its real, compute-only steps
 
     # -- the fit's steps ------------------------------------------------------------
 
@@ -175,6 +178,8 @@ class InputAB:
             if not self.timing:
                 self.last_end = None
                 return original(iterator)
+            if not self.real[-1]:
+                self.block_began = machine_load.mark()
             start = time.monotonic()
             if self.last_end is not None:
                 self.gaps.append(start - self.last_end)
@@ -264,6 +269,7 @@ class InputAB:
         """Compute-only steps on the cached batch: ``steps`` (default: the sizes' probe), their timing cut at
         ``share`` seconds (default: a third of the allowance)."""
         began = steps_began = self.clock()
+        real_ended = machine_load.mark()
         try:
             if self.iterator is None:
                 x, y, batch_size = self.fit_input
@@ -278,9 +284,13 @@ class InputAB:
                 share = self._limit() / MIN_ROUNDS
             gap = statistics.median(self.gaps) if self.gaps else 0.0
             with restored(self.model):
+                computed = machine_load.mark()
                 times = time_steps(self.original, self.iterator, steps or self.sizes.probe, share, steps_began,
                                    min_steps=_DROPPED + 1, gap=gap)
             self.compute.append(times[_DROPPED:])
+            # (A short fit's real steps, timed in blocks after it, ran long before their excursion: not read.)
+            self.other_cores.append([None if self.after_fit else machine_load.other_cores(self.block_began, real_ended),
+                                     machine_load.other_cores(computed, machine_load.mark())])
         finally:
             ended = self.clock()
             self.cost += ended - began
@@ -340,7 +350,7 @@ class InputAB:
         channel().emit(Kind.INPUT_AB, real_step_seconds=real, compute_step_seconds=self.compute,
                        cost_seconds=round(self.cost, 4), allowance_seconds=self.allowance_seconds,
                        setup_seconds=round(self.setup_seconds, 4), source=self.source, shapes=self.shapes,
-                       settle_steps=self.settled, after_fit=self.after_fit,
+                       settle_steps=self.settled, after_fit=self.after_fit, other_cores=self.other_cores,
                        excursions_before=[[round(now - a, 6), round(now - b, 6)]
                                               for a, b in self.excursions + self.own_pauses])
 

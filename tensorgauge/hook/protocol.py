@@ -49,6 +49,7 @@ BUDGET_EXIT_CODE = 75  # EX_TEMPFAIL: the job stopped by its budget; run it agai
 # Input's share of a step: >= 20% high, 5-20% moderate (the TF Profiler's grading); the A/B in the job
 # stops its rounds early once they are clear of these, the analysis grades its verdict by them.
 INPUT_HIGH, INPUT_MODERATE = 0.20, 0.05
+AB_MIN_ROUNDS = 3  # rounds of real and compute-only steps an input verdict needs
 SMALL_STEP_SECONDS, SMALL_BATCH = 0.003, 64  # steps this short on batches this small: dispatch dominates
 SPE_TRIAL = 32  # the steps_per_execution a small_batch trial times
 JOB_ENV = "TENSORGAUGE_JOB"  # the distributed job a worker belongs to
@@ -199,6 +200,7 @@ class InputAB(Common, total=False):
     after_fit: bool  # a fit too short for rounds: its steps in blocks, the compute-only steps run as it ended
     setup_seconds: float  # the first excursion's making of the cached batch (in cost_seconds, paid once)
     excursions_before: list[list[float]]  # seconds before this event each excursion began and ended: the tool's pauses
+    other_cores: list[list[float | None]]  # per round: cores other processes kept busy in its real, compute-only steps
     skipped: str  # why there is no A/B (a fit too short, the cost bound)
     error: str
 

@@ -57,6 +57,10 @@ DOCS = (
             f"the rest); a share not established whose interval reaches {pct(INPUT_MODERATE)} is reported as "
             "\"within noise\" on the `input` line, never as a finding; \"no input cost\" only where the whole "
             f"interval is under {pct(INPUT_MODERATE)}",
+            f"a round whose other processes kept {split.DISTURBED_CORES:g} cores more (or fewer) busy in its real "
+            "steps than in its compute-only ones (a neighbour that came or went: the machine's busy CPU less the "
+            "job's, its worker processes included) is left out; where any was, a verdict needs "
+            f"{split.MIN_ROUNDS} rounds of the others",
             f"at epoch starts: a wait of {epoch_starts.EPOCH_START_FACTOR:g}x the median step and at least "
             f"{epoch_starts.EPOCH_START_MIN_SECONDS:g} s past a step, in epochs after the first, at "
             f"{pct(INPUT_MODERATE)} of the training time or more, with {input_rules.EPOCH_START_BUSY:g} or more "
