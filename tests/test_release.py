@@ -82,8 +82,10 @@ def test_the_wheel_installed_in_a_new_venv_runs_version_and_demo(dist, tmp_path)
     def run(*args):
         return subprocess.run([str(command), *args], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
 
-    where = subprocess.run([python, "-c", "import tensorgauge; print(tensorgauge.__file__)"], capture_output=True,
-                           text=True, cwd=tmp_path, env=env, check=True).stdout.strip()
+    imported = subprocess.run([python, "-c", "import tensorgauge; print(tensorgauge.__file__)"], capture_output=True,
+                              text=True, cwd=tmp_path, env=env)
+    assert imported.returncode == 0, imported.stderr[-2000:]
+    where = imported.stdout.strip()
     assert where.startswith(site), where  # the wheel's package, not the checkout's
     version = run("--version")
     assert version.returncode == 0 and version.stdout.split() == ["tensorgauge", __version__]
