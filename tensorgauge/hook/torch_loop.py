@@ -54,11 +54,11 @@ def _wrap_next(original):
         try:
             loop = train_loop._loop
             loop.on_next(self, began, time.monotonic() - began, loader="DataLoader")
-            if loader_stages._loader.watching and loop.last_iterator == loop.train_iterator is not None:
-                loader_stages._loader.watch(self)
             batch_size = getattr(getattr(self, "_index_sampler", None), "batch_size", None)
             if isinstance(batch_size, int):
                 loop.batch_size = batch_size
+            if loader_stages._loader.watching and loop.last_iterator == loop.train_iterator is not None:
+                loader_stages._loader.watch(self)  # the training loader's dataset and collate, timed
         except Exception:
             pass
         return batch
