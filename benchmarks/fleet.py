@@ -25,13 +25,14 @@ import time
 SAMPLES_PER_SECOND = 10
 
 
-def _server_cpu_seconds() -> float:
-    """User+system CPU seconds of every process named postgres on this machine (the server's)."""
+def _server_cpu_seconds(names: tuple[str, ...] = ("postgres", "postmaster")) -> float:
+    """User+system CPU seconds of every process so named on this machine (default: the server's; a
+    PgBouncer in front of it: ``("pgbouncer",)``)."""
     import psutil
 
     total = 0.0
     for p in psutil.process_iter(["name", "cpu_times"]):
-        if p.info["name"] in ("postgres", "postmaster") and p.info["cpu_times"]:
+        if p.info["name"] in names and p.info["cpu_times"]:
             total += p.info["cpu_times"].user + p.info["cpu_times"].system + p.info["cpu_times"].children_user \
                 + p.info["cpu_times"].children_system
     return total
@@ -142,7 +143,7 @@ def main() -> None:
     job = f"fleet-{args.workers}-{int(time.time())}"
     with psycopg.connect(url, autocommit=True) as admin:
         size_before = admin.execute("SELECT pg_database_size(current_database())").fetchone()[0]
-    cpu_before, wall_before = _server_cpu_seconds(), time.monotonic()
+    cpu_before, bouncer_before, wall_before = _server_cpu_seconds(), _server_cpu_seconds(("pgbouncer",)), time.monotonic()
     out: multiprocessing.Queue = multiprocessing.Queue()
     per = -(-args.workers // args.procs)
     procs = [multiprocessing.Process(target=_workers, args=(url, job, p * per, min(per, args.workers - p * per),
@@ -155,6 +156,7 @@ def main() -> None:
         p.join()
     wall = time.monotonic() - wall_before
     server_cpu = _server_cpu_seconds() - cpu_before
+    bouncer_cpu = _server_cpu_seconds(("pgbouncer",)) - bouncer_before
     taken = sum(r[0] for r in results)
     latencies = sorted(x for r in results for x in r[2])
     with psycopg.connect(url, autocommit=True) as admin:
@@ -185,6 +187,8 @@ def main() -> None:
     print(f"connections made {sum(r[1] for r in results)} "
           f"({sum(r[1] for r in results) / wall:.1f}/s)")
     print(f"server CPU {server_cpu:.1f} s ({server_cpu / wall:.2f} cores over the run)")
+    if bouncer_cpu:
+        print(f"PgBouncer CPU {bouncer_cpu:.1f} s ({bouncer_cpu / wall:.2f} cores)")
     print(f"store growth {(size_after - size_before) / 2**20:.1f} MiB, "
           f"{(size_after - size_before) / 2**20 / worker_hours:.1f} MiB per worker-hour")
     for name, (seconds, code, lines) in timings.items():

@@ -15,6 +15,8 @@ def own_costs(stages: list[StageTiming]) -> list[dict]:
         prefix = stage.get("prefix_seconds_per_batch")
         row: dict = {"stage": stage.get("stage"), "function": stage.get("function"), "location": stage.get("location"),
                      "seconds_per_batch": None, "share": None, "cores": None}
+        if "workers" in stage:  # a DataLoader's stage: its num_workers
+            row["workers"] = stage["workers"]
         if prefix is not None:
             own = max(0.0, prefix - before)
             cpu = prefix * float(stage.get("cores") or 0.0)

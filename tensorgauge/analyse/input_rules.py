@@ -170,7 +170,7 @@ def loop_input_bound(loop: LoopInput | None, fit: Phase | None, allowed: float, 
     """A custom training loop whose ``next()`` waits longer than ``next()`` on one cached batch."""
     verdict = loop_verdict(loop)
     if verdict is None and loop is not None and fit is not None:
-        return _timed_loop_input_bound(loop, fit, allowed, config)
+        return _timed_loop_input_bound(loop, fit, allowed, config, split)
     if verdict is None or not verdict["established"]:
         return None
     step, lost, share = verdict["step_seconds"], verdict["input_wait_seconds"], verdict["input_share"]
@@ -189,9 +189,11 @@ def loop_input_bound(loop: LoopInput | None, fit: Phase | None, allowed: float, 
                                  f"{ms(step - lost)}, the step without its wait)")
 
 
-def _timed_loop_input_bound(loop: LoopInput, fit: Phase, allowed: float, config: FitConfig | None) -> Finding | None:
+def _timed_loop_input_bound(loop: LoopInput, fit: Phase, allowed: float, config: FitConfig | None,
+                            split: dict | None = None) -> Finding | None:
     """A custom loop over an iterator that is not tf.data's (a PyTorch DataLoader): its next() waits by
-    round, established where their interval clears the threshold."""
+    round, established where their interval clears the threshold; the fix led by the loader's costliest
+    stage (its dataset or its collate) where they were timed."""
     by_round = rounds_verdict(loop.get("next_rounds") or [])
     step = loop.get("step_seconds_p50")
     if by_round is None or not by_round["established"] or not step:
@@ -199,22 +201,26 @@ def _timed_loop_input_bound(loop: LoopInput, fit: Phase, allowed: float, config:
     share = by_round["input_share"]
     lost = step * share
     torch = (config or {}).get("backend") == "torch" or loop.get("loader") == "DataLoader"
+    workers = max((s.get("workers") or 0 for s in (split or {}).get("stages") or []), default=0)
     fix = ("The loop waits in next() for its batches: the loader makes them in the training thread. "
            + ("Give the DataLoader num_workers=N (and persistent_workers=True, pin_memory=True on a GPU) so "
               "batches are made in parallel with the steps; a collate_fn that converts element by element "
               "is worth vectorising." if torch else
               "Make the batches in parallel with the steps (workers, prefetching), or do less work per batch."))
+    if workers:
+        fix = (f"The loop waits in next() for its batches: the DataLoader's {workers} workers make them slower than "
+               "the steps use them. Raise num_workers where cores are free, or do less work per batch.")
+    evidence = {"input_share": share, "input_share_low": by_round["input_share_low"],
+                "input_share_high": by_round["input_share_high"], "rounds": by_round["rounds"],
+                "input_wait_seconds_per_step": round(lost, 7), "step_seconds": step,
+                "measured_by": "next() on the loop's iterator, timed every step, by round",
+                "cores_busy_mean": round(fit.cores_busy_mean, 2), "cores_allowed": allowed}
     return Finding(
         id="input_bound", severity="high" if share >= INPUT_HIGH else "moderate",
         title=f"The training loop waits for input {share:.0%} of each step ({ms(lost)} of {ms(step)}, "
               f"{by_round['input_share_low']:.0%} to {by_round['input_share_high']:.0%} over {by_round['rounds']} "
               "rounds)",
-        evidence={"input_share": share, "input_share_low": by_round["input_share_low"],
-                  "input_share_high": by_round["input_share_high"], "rounds": by_round["rounds"],
-                  "input_wait_seconds_per_step": round(lost, 7), "step_seconds": step,
-                  "measured_by": "next() on the loop's iterator, timed every step, by round",
-                  "cores_busy_mean": round(fit.cores_busy_mean, 2), "cores_allowed": allowed},
-        fix=fix,
+        evidence=evidence, fix=costliest_first(split, evidence, fix),
         expected_gain=f"up to {step / max(step - lost, 1e-9):.2f}x faster steps ({ms(step)} -> {ms(step - lost)}, "
                       "the step without its wait)")
 
@@ -264,7 +270,7 @@ def backend_input_bound(timed: FitInput, fit: Phase, allowed: float) -> Finding 
                       "the step without its wait)")
 
 
-@rule("input_bound", category="performance", version=3, explains_idle=True)  # 3: disturbed rounds left out
+@rule("input_bound", category="performance", version=4, explains_idle=True)  # 4: disturbed rounds left out; a DataLoader's costliest stage
 def _input_bound(f: RunFacts) -> Finding | None:
     if f.fit is not None and f.fit.name == TRAIN_LOOP:
         return loop_input_bound(f.last(LoopInput), f.fit, f.cores_allowed, f.fit_config, f.input_split)

@@ -39,6 +39,8 @@ def stage_rows(events: list[Event], compute_only_step_seconds: float | None = No
                  "stages_allowance_seconds": data.get("allowance_seconds")}
     if data.get("untimed"):
         out["stages_untimed"] = data["untimed"]
+    if data.get("measured_by"):
+        out["stages_measured_by"] = data["measured_by"]
     return out
 
 
@@ -51,6 +53,8 @@ def stage_fix(stage: StageTiming, row: dict, compute_only_step_seconds: float | 
     """The change fitted to this stage: what it is (Python, a reader, a serial map, a deterministic stage
     before the shuffle) says what would make it cheaper."""
     name = str(stage.get("stage") or "")
+    if "workers" in stage:
+        return loader_fix(stage)
     if name == "from_generator":
         return (f"the generator {_named(stage)} makes every element in Python on one thread: read the data with "
                 "from_tensor_slices or TFRecord files, or interleave several generators "
@@ -79,6 +83,28 @@ def stage_fix(stage: StageTiming, row: dict, compute_only_step_seconds: float | 
     if not advice:
         advice.append("do less work in it, or do it once offline and store the result")
     return "; ".join(advice)
+
+
+def loader_fix(stage: StageTiming) -> str:
+    """A PyTorch ``DataLoader``'s stage (its dataset's or its collate's): ``num_workers``, naming the function,
+    and what makes that function cheaper."""
+    workers, collate = stage.get("workers") or 0, "collate" in str(stage.get("stage"))
+    named = "default collate" if stage.get("stage") == "default collate" else _named(stage)
+    if workers:
+        head = (f"{named} is where the DataLoader's {workers} worker{'s' * (workers > 1)} spend their time, and they "
+                "do not keep up with the steps: raise num_workers (up to the cores the steps leave free)")
+    else:
+        head = (f"{named} runs in the training process between steps (num_workers=0): give the DataLoader "
+                "num_workers=N (with persistent_workers=True) so worker processes make the batches while the steps "
+                "compute")
+    if stage.get("stage") == "default collate":
+        tail = "and return one tensor per field from the dataset, not many small tensors or Python objects to collate"
+    elif collate:
+        tail = "and vectorise it: build the batch with whole-tensor operations, not a loop over its samples"
+    else:
+        tail = ("and make each sample cheaper (decode or tokenise once, offline), or give the dataset __getitems__ to "
+                "make a batch at once")
+    return f"{head}; {tail}"
 
 
 def _cores_needed(row: dict, compute_only: float | None) -> int | None:

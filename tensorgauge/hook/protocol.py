@@ -223,6 +223,7 @@ class StageTiming(TypedDict, total=False):
     first_pull_seconds: float  # the prefix's first pull (untimed: its iterator starting, buffers filling)
     pulls: int  # batches timed
     map_call: int  # under --try-fixes: which of the process's Dataset.map calls made it (from 1)
+    workers: int  # a PyTorch DataLoader's stage (its dataset's, its collate's): the loader's num_workers
 
 
 class InputStages(Common, total=False):
@@ -232,6 +233,7 @@ class InputStages(Common, total=False):
     cost_seconds: float  # all the pulls
     allowance_seconds: float | None  # what they may cost (None: unbounded, --diagnose)
     skipped: str  # why no stage was timed (the fit's input costs nothing worth it)
+    measured_by: str  # how a DataLoader's stages were timed (the loop's own batches, or made again at its end)
     error: str
 
 

@@ -11,7 +11,8 @@ in ``next()`` on a ``DataLoader`` is its wait for its batch. That wait is not
 paired with ``next()`` on a cached batch (a ``DataLoader``'s own dispatch would
 count as input), so the loop gets no input verdict, and ``show`` says so. A model
 called under ``torch.no_grad()`` or with ``training=False`` between steps is an
-evaluation pass (:mod:`.train_loop`).
+evaluation pass (:mod:`.train_loop`). The loader's dataset and collate function are named and timed
+on their own (:mod:`.loader_stages`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import functools
 import sys
 import time
 
-from tensorgauge.hook import train_loop
+from tensorgauge.hook import loader_stages, train_loop
 from tensorgauge.hook.listeners import on_keras, on_torch
 from tensorgauge.hook.wrapping import wrap_once
 
@@ -51,10 +52,13 @@ def _wrap_next(original):
         began = time.monotonic()
         batch = original(self)  # StopIteration ends an epoch: nothing to time
         try:
-            train_loop._loop.on_next(self, began, time.monotonic() - began, loader="DataLoader")
+            loop = train_loop._loop
+            loop.on_next(self, began, time.monotonic() - began, loader="DataLoader")
             batch_size = getattr(getattr(self, "_index_sampler", None), "batch_size", None)
             if isinstance(batch_size, int):
-                train_loop._loop.batch_size = batch_size
+                loop.batch_size = batch_size
+            if loader_stages._loader.watching and loop.last_iterator == loop.train_iterator is not None:
+                loader_stages._loader.watch(self)  # the training loader's dataset and collate, timed
         except Exception:
             pass
         return batch

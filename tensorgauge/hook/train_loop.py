@@ -16,7 +16,8 @@ function of the job's that calls a model and applies nothing) makes an
 its last step (the analysis nests what the job did meanwhile inside it); a
 ``loop_input`` event sums the steps and their waits at each epoch's end and at
 exit, when the stages of the ``tf.data`` dataset the steps read are timed too
-(:mod:`.stage_costs`).
+(:mod:`.stage_costs`), or the dataset and collate of the PyTorch ``DataLoader`` they read
+(:mod:`.loader_stages`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import threading
 import time
 import weakref
 
-from tensorgauge.hook import eager_probe, fixes
+from tensorgauge.hook import eager_probe, fixes, loader_stages
 from tensorgauge.hook.agent import Agent, _Open, agent
 from tensorgauge.hook.channel import channel, process_cpu_seconds
 from tensorgauge.hook.diagnose import mode, send_loop_config, tracing_now
@@ -249,6 +250,9 @@ class TrainLoop:
             self.phase = self.epoch = self.evaluation = None
             loop_seconds = (self.mark or 0.0) - (self.began or 0.0)
         self._stages(loop_seconds)
+        with _marked("next", "model", "update"):  # the loader's dataset and collate (a DataLoader's), timed again
+            loader_stages._loader.loop_ended(self.totals[1] / self.totals[0] if self.totals[0] else None,
+                                             allowance(loop_seconds))
 
     def _stages(self, loop_seconds: float) -> None:
         """The stages of the tf.data dataset the training steps read, timed as the loop ends

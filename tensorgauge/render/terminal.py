@@ -296,7 +296,8 @@ def render_stages(console: Console, split: dict | None) -> None:
                       f"{share:.0%}" if share is not None else "-",
                       f"{row['cores']:.1f}" if row.get("cores") is not None else "-",
                       safe(function), safe(row.get("fix") or "") if (share or 0) >= SHOWN_FIX_SHARE else "")
-    console.print("    stages (source first), each timed on its own:")
+    how = (split or {}).get("stages_measured_by")
+    console.print(f"    stages (source first), each timed on its own{f' over {safe(how)}' if how else ''}:")
     console.print(Padding(table, (0, 0, 0, 4)))
     if (split or {}).get("stages_untimed"):
         console.print(f"    [dim]not timed: {safe(split['stages_untimed'])}[/dim]")  # type: ignore[index]

@@ -73,7 +73,8 @@ DOCS = (
             "(prefetch, a parallel map, a cache) is not advised again. Where the stages were timed, the costliest "
             "is named first with its own fix: a Python stage vectorised (its function named), a serial map given "
             "`num_parallel_calls` (with the cores it would need), a deterministic stage before the shuffle cached "
-            "after it (with the memory it takes), a file reader interleaved. In order of what usually helps most: "
+            "after it (with the memory it takes), a file reader interleaved, a PyTorch `DataLoader`'s slow dataset "
+            "`__getitem__` or `collate_fn` given `num_workers` (the function named). In order of what usually helps most: "
             "`.cache()` after a deterministic `map` (each epoch after the first skips the map); "
             "`map(..., num_parallel_calls=tf.data.AUTOTUNE)` while cores are free; `.prefetch(tf.data.AUTOTUNE)` "
             "at the end; preprocessing once, offline, when the cores are already saturated.",
