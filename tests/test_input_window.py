@@ -111,6 +111,24 @@ def test_the_ab_times_real_and_compute_only_steps_in_rounds_and_restores_the_mod
     assert verdict["input_wait_seconds"] == pytest.approx(0.004)
 
 
+def test_a_disturbed_round_is_run_again(monkeypatch, events):
+    """Rounds whose neighbours came or went (other load 0.3 cores apart between their two sides) do not
+    count: the A/B runs others in their place, the analysis leaves them out."""
+    loads = iter([1.2, 0.2, 1.0, 1.0, 0.2, 1.1] + [1.0] * 40)  # rounds 1 and 3 disturbed
+    monkeypatch.setattr(input_ab.machine_load, "other_cores", lambda begin, end: next(loads))
+    _, _, _, _, (event,) = run_ab(monkeypatch, events, real=0.010, compute=0.006)
+    # Three clean rounds at 40% leave no doubt; the two disturbed ones were run besides them.
+    assert event["other_cores"][:3] == [[1.2, 0.2], [1.0, 1.0], [0.2, 1.1]] and len(event["compute_step_seconds"]) == 5
+    verdict = ab_verdict(event)
+    assert verdict["established"] and verdict["rounds"] == 3 and verdict["disturbed_rounds"] == 2
+    # Never more than EXTRA_ROUNDS in place of disturbed ones.
+    every = iter([1.5, 0.0] * 40)
+    monkeypatch.setattr(input_ab.machine_load, "other_cores", lambda begin, end: next(every))
+    _, _, _, _, (event,) = run_ab(monkeypatch, events, real=0.010, compute=0.006)
+    assert len(event["compute_step_seconds"]) == input_ab.ROUNDS + input_ab.EXTRA_ROUNDS
+    assert "load changed" in ab_verdict(event)["verdict"]
+
+
 @pytest.mark.parametrize("real, rounds", [
     (0.010, 3),  # no input cost: three rounds under 5%, pooled under 2.5%, are clear of the threshold
     (0.014, 3),  # 29%: three rounds at 20% or more

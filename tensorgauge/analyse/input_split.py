@@ -17,9 +17,7 @@ from tensorgauge.analyse.epoch_starts import epoch_start_input
 from tensorgauge.analyse.input_stages import stage_rows
 from tensorgauge.analyse.phases import main_fit, step_digests
 from tensorgauge.hook.protocol import (
-    AB_MIN_ROUNDS as MIN_ROUNDS,
-)
-from tensorgauge.hook.protocol import (
+    AB_DISTURBED_CORES,
     INPUT_MODERATE,
     TRAIN_LOOP,
     WINDOW_START,
@@ -30,7 +28,11 @@ from tensorgauge.hook.protocol import (
     Kind,
     LoopInput,
     P,
+    disturbed_round,
     one_line,
+)
+from tensorgauge.hook.protocol import (
+    AB_MIN_ROUNDS as MIN_ROUNDS,
 )
 from tensorgauge.model import Event, Phase, payloads
 from tensorgauge.steps import StepDigest
@@ -128,10 +130,7 @@ def _step_split(events: list[Event], phases: list[Phase], diagnosis: str | None)
     return split
 
 
-# Cores of other processes' load that may differ between a round's real and compute-only steps: a healthy
-# fit (bare A/B 0-3.5%) beside another test's jobs read 23% from four rounds, its four runs beside a steady
-# one-core hog "within noise" in 4 of 4.
-DISTURBED_CORES = 0.3
+DISTURBED_CORES = AB_DISTURBED_CORES  # (see there)
 # One-sided 97.5% points of Student's t for the rounds' mean share (index: rounds - 1 degrees of freedom).
 T_CRITICAL = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36}
 
@@ -156,8 +155,8 @@ def ab_verdict(ab: InputAB) -> dict:
     loads: list[list[float | None] | None] = list(ab.get("other_cores") or [])
     loads += [None] * (len(real) - len(loads))
     rounds = [(r, c, load) for r, c, load in zip(real, compute, loads) if r and c]
-    disturbed = sum(1 for _, _, load in rounds if _disturbed(load))
-    pairs = [(r, c) for r, c, load in rounds if not _disturbed(load)]
+    disturbed = sum(1 for _, _, load in rounds if disturbed_round(load))
+    pairs = [(r, c) for r, c, load in rounds if not disturbed_round(load)]
     step, limit = _pooled(pairs)
     shares = [_round_share(r, c) for r, c in pairs]
     share = max(0.0, 1 - limit / step) if step > 0 else 0.0
@@ -201,14 +200,6 @@ def ab_verdict(ab: InputAB) -> dict:
             "input_share_interval": [round(low, 4), round(high, 4)] if shares else None,
             "outvoted_rounds": len(shares) - len(counted),
             "established": established, "verdict": verdict}
-
-
-def _disturbed(load: list[float | None] | None) -> bool:
-    """A round whose other processes kept :data:`DISTURBED_CORES` more (or fewer) cores busy in its real steps
-    than in its compute-only ones: a neighbour that came or went, on one side only."""
-    if not load or len(load) < 2 or load[0] is None or load[1] is None:
-        return False
-    return abs(load[0] - load[1]) >= DISTURBED_CORES
 
 
 def _interval(shares: list[float]) -> tuple[float, float]:

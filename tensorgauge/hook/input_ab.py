@@ -45,10 +45,19 @@ from tensorgauge.hook import machine_load
 from tensorgauge.hook.channel import channel
 from tensorgauge.hook.diagnose import steps_per_call
 from tensorgauge.hook.probes import cached_input, repeated, restored, shapes_of, time_steps
-from tensorgauge.hook.protocol import AB_MIN_ROUNDS, INPUT_HIGH, INPUT_MODERATE, Kind, error_text
+from tensorgauge.hook.protocol import (
+    AB_EXTRA_ROUNDS,
+    AB_MIN_ROUNDS,
+    INPUT_HIGH,
+    INPUT_MODERATE,
+    Kind,
+    disturbed_round,
+    error_text,
+)
 from tensorgauge.hook.timing import wait_for
 
 ROUNDS, MIN_ROUNDS = 5, AB_MIN_ROUNDS
+EXTRA_ROUNDS = AB_EXTRA_ROUNDS  # run in place of disturbed rounds (a neighbour came or went: see disturbed_round)
 # The rounds a verdict needs may spend up to this many allowances, the rest only the allowance: a fit whose
 # rounds cost about the allowance got a verdict in 1 run of 4 as the estimate fell either side of it.
 VERDICT_ALLOWANCES = 3
@@ -157,7 +166,7 @@ class InputAB:
                 self.finish()
                 return True
             self._excursion()
-            if len(self.compute) >= self.rounds or self._decided() or not self._affordable():
+            if self._enough() or self._decided() or not self._affordable():
                 self.finish()
                 return True
             self.real.append([])
@@ -221,12 +230,22 @@ class InputAB:
         step = statistics.median(times)
         return int(min(self.sizes.max_settle, max(SETTLE_STEPS, math.ceil(3 * paused / max(step, 1e-9)))))
 
+    def _clean(self) -> list[int]:
+        """The rounds so far that no neighbour disturbed (:func:`disturbed_round`)."""
+        return [i for i in range(len(self.compute))
+                if not disturbed_round(self.other_cores[i] if i < len(self.other_cores) else None)]
+
+    def _enough(self) -> bool:
+        """The planned rounds are in, undisturbed ones (up to :data:`EXTRA_ROUNDS` more run in place of the
+        others)."""
+        return len(self._clean()) >= self.rounds or len(self.compute) >= self.rounds + EXTRA_ROUNDS
+
     def _decided(self) -> bool:
         """The rounds so far (:data:`MIN_ROUNDS` or more) leave no doubt, so the rest would cost for nothing:
         their pooled share under half :data:`INPUT_MODERATE` with at most one round at it or more (a noisy
         round: the analysis outvotes it, and two more rounds could not carry a verdict the pool denies), or
         every round at :data:`INPUT_HIGH` or more. A verdict near the threshold gets all its rounds."""
-        rounds = list(zip(self.real, self.compute))
+        rounds = [(self.real[i], self.compute[i]) for i in self._clean()]
         if len(rounds) < MIN_ROUNDS or not all(real and compute for real, compute in rounds):
             return False
         shares = [1 - statistics.median(compute) / statistics.median(real) for real, compute in rounds]

@@ -50,6 +50,18 @@ BUDGET_EXIT_CODE = 75  # EX_TEMPFAIL: the job stopped by its budget; run it agai
 # stops its rounds early once they are clear of these, the analysis grades its verdict by them.
 INPUT_HIGH, INPUT_MODERATE = 0.20, 0.05
 AB_MIN_ROUNDS = 3  # rounds of real and compute-only steps an input verdict needs
+# A round whose other processes kept this many cores more (or fewer) busy in its real steps than in its
+# compute-only ones says nothing of the job's input (a neighbour came or went): the A/B runs another, the
+# analysis leaves it out. A healthy fit beside another test's jobs read 23% from four such rounds.
+AB_DISTURBED_CORES = 0.3
+AB_EXTRA_ROUNDS = 3  # rounds the A/B runs in place of disturbed ones, at most
+
+
+def disturbed_round(other_cores: list[float | None] | None) -> bool:
+    """A round of the input A/B whose two sides saw other load :data:`AB_DISTURBED_CORES` apart (see there)."""
+    if not other_cores or len(other_cores) < 2 or other_cores[0] is None or other_cores[1] is None:
+        return False
+    return abs(other_cores[0] - other_cores[1]) >= AB_DISTURBED_CORES
 SMALL_STEP_SECONDS, SMALL_BATCH = 0.003, 64  # steps this short on batches this small: dispatch dominates
 SPE_TRIAL = 32  # the steps_per_execution a small_batch trial times
 JOB_ENV = "TENSORGAUGE_JOB"  # the distributed job a worker belongs to

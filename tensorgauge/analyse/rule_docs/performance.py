@@ -8,6 +8,9 @@ from tensorgauge.analyse import input_split as split
 from tensorgauge.analyse.rule_docs.base import RuleDoc, pct
 from tensorgauge.analyse.rules import idle_explainers
 from tensorgauge.hook.protocol import (
+    AB_EXTRA_ROUNDS as EXTRA_AB_ROUNDS,
+)
+from tensorgauge.hook.protocol import (
     INPUT_HIGH,
     INPUT_MODERATE,
     SMALL_BATCH,
@@ -59,7 +62,8 @@ DOCS = (
             f"interval is under {pct(INPUT_MODERATE)}",
             f"a round whose other processes kept {split.DISTURBED_CORES:g} cores more (or fewer) busy in its real "
             "steps than in its compute-only ones (a neighbour that came or went: the machine's busy CPU less the "
-            "job's, its worker processes included) is left out; where any was, a verdict needs "
+            "job's, its worker processes included) is left out, and the A/B runs up to "
+            f"{EXTRA_AB_ROUNDS} more in place of such rounds; where any was, a verdict needs "
             f"{split.MIN_ROUNDS} rounds of the others",
             f"at epoch starts: a wait of {epoch_starts.EPOCH_START_FACTOR:g}x the median step and at least "
             f"{epoch_starts.EPOCH_START_MIN_SECONDS:g} s past a step, in epochs after the first, at "
