@@ -108,3 +108,16 @@ def test_real_job_warm_up_fits_held_ab_is_replaced_by_the_next_fits_rounds(store
     report = RunReport.load(Store.open(store_path), "last")
     split = report.input_split or {}
     assert split.get("measured") and "rounds of real and compute-only steps" in split["measured_by"], split
+
+
+def test_tensorgauge_monitor_measures_a_held_ab_before_its_run_ends(fits, store_path):
+    """In a notebook the process does not exit: the held A/B is run as ``tensorgauge.monitor()`` ends,
+    into its run."""
+    from tensorgauge.monitoring.inprocess import monitor
+
+    model, fit, _ = fits
+    with monitor(store=str(store_path)) as run:
+        fit(60)
+    (event,) = [e for e in Store.open(str(store_path)).events(run.run_id) if e.kind == "input_ab"]
+    assert event.data["after_fit"] and len(event.data["compute_step_seconds"]) == input_ab.MIN_ROUNDS
+    assert input_window._Deferred.held is None

@@ -184,13 +184,14 @@ class _InputDiagnosis(FitListener):
         channel().emit(Kind.INPUT_AB, skipped=why, allowance_seconds=self.budget)
 
     def on_train_end(self, model) -> None:
-        held = self.ab is not None and self.ab.excursions_left()
-        if held:  # a fit too short for rounds: its compute-only steps wait (see _Deferred)
-            self.ab.unwrap()
-        elif self.ab is not None:
-            self.ab.finish()
-            _Deferred.settle(self.ab)
-            _InputDiagnosis.done = _InputDiagnosis.done or (self.ab.measured and not self.ab.after_fit)
+        ab = self.ab
+        held = ab is not None and ab.excursions_left()
+        if ab is not None and held:  # a fit too short for rounds: its compute-only steps wait (see _Deferred)
+            ab.unwrap()
+        elif ab is not None:
+            ab.finish()
+            _Deferred.settle(ab)
+            _InputDiagnosis.done = _InputDiagnosis.done or (ab.measured and not ab.after_fit)
         if self.window is not None:
             self.window.finish()
         if not self.decided or self.under_strategy:
