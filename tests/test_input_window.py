@@ -393,8 +393,8 @@ def test_a_later_fit_tries_the_ab_only_when_it_is_expected_to_last_twice_as_long
     monkeypatch.setattr(input_window._InputDiagnosis, "longest_tried", 0.0)
     started = []
     monkeypatch.setattr(input_window, "InputAB", lambda *args, **kwargs: started.append(args) or type(
-        "AB", (), {"active": False, "measured": False, "on_step_begin": lambda self: False,
-                   "finish": lambda self: None})())
+        "AB", (), {"active": False, "measured": False, "after_fit": False, "on_step_begin": lambda self: False,
+                   "finish": lambda self: None, "excursions_left": lambda self: False})())
 
     def fit(steps_per_epoch: int, step_seconds: float = 0.01) -> bool:
         before = len(started)

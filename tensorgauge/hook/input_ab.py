@@ -331,16 +331,38 @@ class InputAB:
                 break
             self._excursion()
 
+    def unwrap(self) -> None:
+        """Put the fit's train function back (the after-fit excursions call it directly)."""
+        if self.original is not None and self.model.train_function is not self.original:
+            self.model.train_function = self.original
+
+    def excursions_left(self) -> bool:
+        """An after-fit A/B whose compute-only steps are still to run: at :meth:`finish`, which may wait
+        until a later fit has measured in rounds (then :meth:`supersede` instead; see :mod:`.input_window`)."""
+        return (self.active and self.after_fit and not self.compute and self.original is not None
+                and len(self.real[0]) >= AFTER_FIT_MIN_STEPS)
+
+    def supersede(self, why: str) -> None:
+        """Report, without running its compute-only steps, an after-fit A/B that a later fit's rounds replaced."""
+        if not self.active:
+            return
+        self.active, self.iterator = False, None
+        self.unwrap()
+        now = self.clock()
+        channel().emit(Kind.INPUT_AB, skipped=why, cost_seconds=round(self.cost, 4),
+                       allowance_seconds=self.allowance_seconds,
+                       excursions_before=[[round(now - a, 6), round(now - b, 6)] for a, b in self.own_pauses])
+
     def finish(self) -> None:
         """Put the fit's train function back and report (at the last round, or when the fit ends first)."""
         if not self.active:
             return
         if self.after_fit and not self.compute:
+            self.unwrap()
             self._after_fit()
         self.active = False
         self.iterator = None  # the cached batch's pipeline: nothing of it outlives the A/B
-        if self.original is not None and self.model.train_function is not self.original:
-            self.model.train_function = self.original
+        self.unwrap()
         real = self.real[: len(self.compute)]  # complete rounds only
         now = self.clock()
         if len(self.compute) < MIN_ROUNDS:
@@ -383,8 +405,7 @@ class InputAB:
         return max(0.0, 1 - statistics.median(compute) / step) if step > 0 else 0.0
 
     def fail(self, exc: BaseException) -> None:
-        self.active = False
-        if self.original is not None:
-            self.model.train_function = self.original
+        self.active, self.iterator = False, None
+        self.unwrap()
         channel().emit(Kind.INPUT_AB, error=error_text(exc))
 

@@ -11,6 +11,9 @@ after :data:`WINDOW_START` warm-up steps:
   (:mod:`.profiler_window`) over a few steps: it says *how* (waiting in
   ``IteratorGetNext``, or tf.data's threads competing for the cores).
 
+A fit too short for rounds within it (a warm-up fit, often) has its steps timed, and its compute-only
+steps wait (:class:`_Deferred`): for the next fit that measures in rounds, which replaces them (their cost
+is never paid), or else for the next fit's end, the process's exit, or the end of ``tensorgauge.monitor()``.
 Their cost is bounded by the fit's length: at most :data:`COST_SHARE` of the
 fit, or :data:`COST_FLOOR_SECONDS` for short fits, from the median step and the
 fit's expected length (its length so far while that is unknown). What does not fit is skipped, and the event says why.
@@ -21,6 +24,7 @@ lifts the bound and times XLA against no XLA on a CPU.
 
 from __future__ import annotations
 
+import atexit
 import os
 import statistics
 import time
@@ -104,6 +108,7 @@ class _InputDiagnosis(FitListener):
         if self.ab is not None and self.ab.active:
             try:
                 if self.ab.on_step_begin():
+                    _Deferred.settle(self.ab)
                     self._explain(now)
             except Exception as exc:
                 self.ab.fail(exc)
@@ -144,10 +149,13 @@ class _InputDiagnosis(FitListener):
         # The fit's expected length; while it is unknown (a dataset of unknown size in its first epoch),
         # its length so far: the bound then holds whatever its end.
         expected = (now - self.began) + step * (left or 0)
-        if _InputDiagnosis.longest_tried and (left is None or expected < 2 * _InputDiagnosis.longest_tried):
+        rounds, why = rounds_plan(left, step)
+        # Rounds replace an earlier fit's after-fit A/B still held (at no more cost: its steps never run).
+        replaces = _Deferred.held is not None and rounds > 0
+        if _InputDiagnosis.longest_tried and not replaces and \
+                (left is None or expected < 2 * _InputDiagnosis.longest_tried):
             self.decided = True  # not long enough to do better than the fit that tried before
             return
-        rounds, why = rounds_plan(left, step)
         if why is not None:  # nothing spent: a longer fit after it tries (a 64-step warm-up epoch kept a 4-epoch fit out)
             self._skip(why)
             return
@@ -176,16 +184,24 @@ class _InputDiagnosis(FitListener):
         channel().emit(Kind.INPUT_AB, skipped=why, allowance_seconds=self.budget)
 
     def on_train_end(self, model) -> None:
-        if self.ab is not None:
-            self.ab.finish()
-            # Measured after a fit too short for rounds (a warm-up fit, often): a longer fit after it may
-            # measure in rounds, which the analysis prefers.
-            _InputDiagnosis.done = _InputDiagnosis.done or (self.ab.measured and not self.ab.after_fit)
+        ab = self.ab
+        held = ab is not None and ab.excursions_left()
+        if ab is not None and held:  # a fit too short for rounds: its compute-only steps wait (see _Deferred)
+            ab.unwrap()
+        elif ab is not None:
+            ab.finish()
+            _Deferred.settle(ab)
+            _InputDiagnosis.done = _InputDiagnosis.done or (ab.measured and not ab.after_fit)
         if self.window is not None:
             self.window.finish()
         if not self.decided or self.under_strategy:
             return
-        self._stages()
+        if held:
+            _Deferred.hold(self)
+        else:
+            if self.ab is not None:  # an A/B that did not measure in rounds: the one held reports now
+                _Deferred.flush()
+            self._stages()
         if self.unbounded and xla_on_cpu(model):
             xla_probe(model, self.call.fit_input)
         elif xla_on_cpu(model):  # a step built again without XLA: its trace, then steps of each kind
@@ -220,6 +236,54 @@ class _InputDiagnosis(FitListener):
             measure_pydataset(x, self.budget)
         else:
             measure_stages(x, batch_size, self.budget)
+
+
+class _Deferred:
+    """The after-fit A/B of a fit too short for rounds (a warm-up fit, often), its compute-only steps not yet
+    run: a later fit whose rounds measure replaces it (:meth:`settle`; the analysis prefers rounds, and
+    those steps were 0.65 CPU-s of a 17 CPU-s job), else it runs at the next fit's end that tried and did
+    not measure in rounds, at the next such hold, at the process's exit, or as ``tensorgauge.monitor()``
+    ends (:func:`flush_deferred`). Its stage timing waits with it: it needs the A/B's share."""
+
+    held: _InputDiagnosis | None = None
+
+    @classmethod
+    def hold(cls, diagnosis: _InputDiagnosis) -> None:
+        cls.flush()  # the first fit's A/B, as before: one held at a time
+        cls.held = diagnosis
+
+    @classmethod
+    def settle(cls, ab: InputAB) -> None:
+        """``ab`` has ended: measured in rounds, it replaces the one held."""
+        held = cls.held
+        if held is None or held.ab is None or not ab.measured or ab.after_fit:
+            return
+        cls.held = None
+        held.ab.supersede("a later fit measured the input in rounds of real and compute-only steps: "
+                          "this fit's compute-only steps were not run")
+
+    @classmethod
+    def flush(cls) -> None:
+        held, cls.held = cls.held, None
+        if held is None or held.ab is None:
+            return
+        try:
+            held.ab.finish()
+        except Exception as exc:
+            held.ab.fail(exc)
+            return
+        held._stages()
+
+
+def flush_deferred() -> None:
+    """Run the held after-fit A/B (see :class:`_Deferred`), if any: at exit, or as an in-process monitor ends."""
+    try:
+        _Deferred.flush()
+    except Exception:
+        pass  # never fails the job's exit
+
+
+atexit.register(flush_deferred)  # registered after TensorFlow's own handlers and the hook's exit event: runs before them
 
 
 @on_fit

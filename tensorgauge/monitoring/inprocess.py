@@ -75,6 +75,9 @@ class monitor:
         warnings.warn(f"tensorgauge: {line}", RuntimeWarning, stacklevel=2)
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        window = sys.modules.get("tensorgauge.hook.input_window")  # loaded with Keras' features, if at all
+        if window is not None:  # a short fit's A/B, held for a later fit's rounds: measured within the run
+            window.flush_deferred()
         self._stop.set()
         self._thread.join()  # the loop ends with its last, forced tick
         recording = self._recording

@@ -1,0 +1,123 @@
+"""A short fit's after-fit A/B, held: a later fit's rounds replace it (its compute-only steps never run, the
+cost the tool-cost benchmark's warm-up fit paid for a verdict the analysis then set aside), else it runs at
+exit; on fakes, and on a real Keras job under ``tensorgauge run``."""
+
+import functools
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import needs_tf
+from test_input_window import Clock, FakeModel
+
+from tensorgauge.analyse.run_report import RunReport
+from tensorgauge.hook import input_ab, input_window
+from tensorgauge.hook.listeners import FitCall
+from tensorgauge.store import Store
+
+JOBS = Path(__file__).parent / "jobs"
+
+
+@pytest.fixture
+def fits(monkeypatch, events):
+    """``fit(steps)``: a fit of ``steps`` 30 ms steps (5 ms compute-only) on one fake model, through the hook's
+    input diagnosis with the real A/B, on a fake clock."""
+    clock = Clock()
+    for module in (input_window, input_ab):
+        monkeypatch.setattr(module.time, "monotonic", clock)
+    monkeypatch.setattr("tensorgauge.hook.timing.time.monotonic", clock)
+    monkeypatch.setattr(input_window, "_under_strategy", lambda model: False)
+    monkeypatch.setattr(input_window, "xla_on_cpu", lambda model: False)
+    monkeypatch.setattr(input_ab, "cached_input", lambda x, y, batch_size, spec=None: ("cached", "fake", [[32]]))
+    monkeypatch.setattr(input_window, "InputAB", functools.partial(input_ab.InputAB, clock=clock))
+    monkeypatch.setenv("TENSORGAUGE_DIAGNOSE", "auto")
+    monkeypatch.setattr(input_window._InputDiagnosis, "done", False)
+    monkeypatch.setattr(input_window._InputDiagnosis, "longest_tried", 0.0)
+    monkeypatch.setattr(input_window._Deferred, "held", None)
+    model = FakeModel(clock, 0.030, 0.005)
+    steps = model.train_function
+    model.compute_only = 0  # compute-only steps run (the counter variable is restored after them)
+
+    def counted(iterator):
+        model.compute_only += iterator == "cached"
+        return steps(iterator)
+
+    model.train_function = counted
+
+    def fit(steps: int) -> None:
+        call = FitCall(model=model, keras_callbacks=None, kwargs={"steps_per_epoch": steps, "epochs": 1},
+                       fit_input=(None, None, 32))
+        listener = input_window._InputDiagnosis(call, unbounded=False)
+        for step in range(steps):
+            listener.on_train_batch_begin(model, 0, step)
+            model.train_function("real")
+        listener.on_train_end(model)
+
+    return model, fit, events
+
+
+def test_a_short_fits_compute_only_steps_wait_and_a_later_fits_rounds_replace_them(fits):
+    model, fit, events = fits
+    original = model.train_function
+    fit(60)  # 49 steps after its warm-up: too few for rounds, timed for an A/B after it
+    assert model.compute_only == 0  # no compute-only step ran as it ended
+    assert model.train_function is original
+    assert not [e for e in events() if e["kind"] == "input_ab"]
+    # Under twice the first fit's length, but with room for rounds: it measures, and the held A/B is dropped.
+    fit(100)
+    abs_ = [e for e in events() if e["kind"] == "input_ab"]
+    measured = [e for e in abs_ if e.get("real_step_seconds")]
+    assert len(measured) == 1 and not measured[0]["after_fit"]
+    (dropped,) = [e for e in abs_ if e.get("skipped")]
+    assert "later fit measured" in dropped["skipped"]
+    compute_steps = sum(len(r) + input_ab._DROPPED for r in measured[0]["compute_step_seconds"])
+    assert model.compute_only == compute_steps  # the first fit's excursions never ran
+    input_window.flush_deferred()  # at exit: nothing held
+    assert not events()
+
+
+def test_a_held_ab_is_measured_at_exit_when_no_later_fit_measures(fits):
+    model, fit, events = fits
+    fit(60)
+    fit(20)  # too short to try: the held A/B stays
+    assert not [e for e in events() if e["kind"] == "input_ab"]
+    input_window.flush_deferred()
+    (event,) = [e for e in events() if e["kind"] == "input_ab"]
+    assert event["after_fit"] and len(event["compute_step_seconds"]) == input_ab.MIN_ROUNDS
+    assert model.compute_only == sum(len(r) + input_ab._DROPPED for r in event["compute_step_seconds"])
+
+
+@needs_tf
+@pytest.mark.tf
+def test_real_job_only_short_fit_gets_its_verdict_at_exit(store_path, tg_cmd):
+    result = subprocess.run([*tg_cmd, "run", "-q", "--", sys.executable, str(JOBS / "short_fits.py")],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    split = RunReport.load(Store.open(store_path), "last").input_split or {}
+    assert split.get("measured"), split
+    assert "blocks against as many compute-only steps" in split["measured_by"]
+
+
+@needs_tf
+@pytest.mark.tf
+def test_real_job_warm_up_fits_held_ab_is_replaced_by_the_next_fits_rounds(store_path, tg_cmd):
+    result = subprocess.run([*tg_cmd, "run", "-q", "--", sys.executable, str(JOBS / "short_fits.py"), "--then-long"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = RunReport.load(Store.open(store_path), "last")
+    split = report.input_split or {}
+    assert split.get("measured") and "rounds of real and compute-only steps" in split["measured_by"], split
+
+
+def test_tensorgauge_monitor_measures_a_held_ab_before_its_run_ends(fits, store_path):
+    """In a notebook the process does not exit: the held A/B is run as ``tensorgauge.monitor()`` ends,
+    into its run."""
+    from tensorgauge.monitoring.inprocess import monitor
+
+    model, fit, _ = fits
+    with monitor(store=str(store_path)) as run:
+        fit(60)
+    (event,) = [e for e in Store.open(str(store_path)).events(run.run_id) if e.kind == "input_ab"]
+    assert event.data["after_fit"] and len(event.data["compute_step_seconds"]) == input_ab.MIN_ROUNDS
+    assert input_window._Deferred.held is None
