@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import needs_tf
-from test_input_window import Clock, FakeModel
+from test_input_window import Clock, FakeModel, quiet_machine  # noqa: F401 (autouse)
 
 from tensorgauge.analyse.run_report import RunReport
 from tensorgauge.hook import input_ab, input_window

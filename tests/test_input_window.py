@@ -16,6 +16,12 @@ from tensorgauge.model import Event, Phase
 from tensorgauge.monitoring.tryfixes import applicable
 
 
+@pytest.fixture(autouse=True)
+def quiet_machine(monkeypatch):
+    """The fake A/Bs read no neighbour's load (this machine's would make their rounds "disturbed")."""
+    monkeypatch.setattr(input_ab.machine_load, "other_cores", lambda begin, end: 0.0)
+
+
 def test_the_rounds_fit_the_fit_or_say_why_not():
     assert allowance(600.0) == 6.0 and allowance(10.0) == 0.4  # 1%, or 0.4 s for short fits
     assert rounds_plan(1000) == (5, None)
@@ -77,9 +83,14 @@ class Clock:
         return self.now
 
 
-def run_ab(monkeypatch, events, real, compute, steps=200, rounds=5):
+def run_ab(monkeypatch, events, real, compute, steps=200, rounds=5, loads=None):
+    """The A/B on a fake model and clock; ``loads``: the other processes' cores each side of each round
+    reads, in turn (default: a quiet machine, whatever this one is doing)."""
     clock = Clock()
     monkeypatch.setattr(input_ab.time, "monotonic", clock)
+    other = iter(loads) if loads is not None else None
+    monkeypatch.setattr(input_ab.machine_load, "other_cores",
+                        lambda begin, end: next(other) if other is not None else 0.0)
     model = FakeModel(clock, real, compute)
     original = model.train_function
     ab = InputAB(model, None, rounds, allowance_seconds=None, clock=clock)
@@ -114,17 +125,14 @@ def test_the_ab_times_real_and_compute_only_steps_in_rounds_and_restores_the_mod
 def test_a_disturbed_round_is_run_again(monkeypatch, events):
     """Rounds whose neighbours came or went (other load 0.3 cores apart between their two sides) do not
     count: the A/B runs others in their place, the analysis leaves them out."""
-    loads = iter([1.2, 0.2, 1.0, 1.0, 0.2, 1.1] + [1.0] * 40)  # rounds 1 and 3 disturbed
-    monkeypatch.setattr(input_ab.machine_load, "other_cores", lambda begin, end: next(loads))
-    _, _, _, _, (event,) = run_ab(monkeypatch, events, real=0.010, compute=0.006)
+    loads = [1.2, 0.2, 1.0, 1.0, 0.2, 1.1] + [1.0] * 40  # rounds 1 and 3 disturbed
+    _, _, _, _, (event,) = run_ab(monkeypatch, events, real=0.010, compute=0.006, loads=loads)
     # Three clean rounds at 40% leave no doubt; the two disturbed ones were run besides them.
     assert event["other_cores"][:3] == [[1.2, 0.2], [1.0, 1.0], [0.2, 1.1]] and len(event["compute_step_seconds"]) == 5
     verdict = ab_verdict(event)
     assert verdict["established"] and verdict["rounds"] == 3 and verdict["disturbed_rounds"] == 2
     # Never more than EXTRA_ROUNDS in place of disturbed ones.
-    every = iter([1.5, 0.0] * 40)
-    monkeypatch.setattr(input_ab.machine_load, "other_cores", lambda begin, end: next(every))
-    _, _, _, _, (event,) = run_ab(monkeypatch, events, real=0.010, compute=0.006)
+    _, _, _, _, (event,) = run_ab(monkeypatch, events, real=0.010, compute=0.006, loads=[1.5, 0.0] * 40)
     assert len(event["compute_step_seconds"]) == input_ab.ROUNDS + input_ab.EXTRA_ROUNDS
     assert "load changed" in ab_verdict(event)["verdict"]
 
