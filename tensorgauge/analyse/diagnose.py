@@ -380,7 +380,7 @@ def _cpu_oversubscribed(f: RunFacts) -> Finding | None:
                               f.summary.threads_peak)
 
 
-@rule("small_batch", category="performance", explains_idle=True)
+@rule("small_batch", category="performance", explains_idle=True, version=2)
 def _small_batch(f: RunFacts) -> Finding | None:
     return small_batch(f.fit_config, f.fit, f.first_ok(SpeProbe), float((f.input_split or {}).get("cost_seconds") or 0.0))
 

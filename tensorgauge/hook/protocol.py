@@ -62,7 +62,11 @@ def disturbed_round(other_cores: list[float | None] | None) -> bool:
     if not other_cores or len(other_cores) < 2 or other_cores[0] is None or other_cores[1] is None:
         return False
     return abs(other_cores[0] - other_cores[1]) >= AB_DISTURBED_CORES
-SMALL_STEP_SECONDS, SMALL_BATCH = 0.003, 64  # steps this short on batches this small: dispatch dominates
+# Steps this short on batches this small: dispatch dominates. Keras' per-step dispatch measured ~2.2 ms on a
+# 2-core VM (TensorFlow's classification tutorial under tf_keras, 2.5-3.3 ms steps: fit 23.0 and 17.8 s,
+# 10.5 and 12.9 s with steps_per_execution=32), so a 5 ms step is still half dispatch; under 3 ms the finding
+# came and went with the machine's speed (3 of 5 runs of that tutorial, 4 of 5 of keras-io structured data).
+SMALL_STEP_SECONDS, SMALL_BATCH = 0.005, 64
 SPE_TRIAL = 32  # the steps_per_execution a small_batch trial times
 JOB_ENV = "TENSORGAUGE_JOB"  # the distributed job a worker belongs to
 FIND_BATCH_ENV = "TENSORGAUGE_FIND_BATCH"  # --find-batch-size: the memory budget in bytes
