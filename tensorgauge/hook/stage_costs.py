@@ -6,10 +6,10 @@ source along its first inputs (:func:`.stage_names.chain`), and each prefix that
 work (the source, a map, filter, interleave, batch, a generator) is pulled on its own, from a new
 iterator of that prefix: no element of the job's own iterator is consumed and no step changed. Each
 prefix gets a short window: one pull untimed (the iterator starts, buffers fill), then batches of the
-fit (a prefix below the batch stage is batched to the fit's batch size, so every prefix pays the same
-Python per pull) until the window's seconds are spent. The prefix's seconds per batch and the process's
-CPU seconds over that wall time (the cores it kept busy) go out in one ``input_stages`` event; a stage's
-own cost (its prefix less the one before) is the analysis's to work out.
+fit (a prefix below the batch stage is pulled in batches of the fit's batch size, each element made a
+scalar first, so every prefix pays the same Python per pull and none pays for copying its elements)
+until the window's seconds are spent. The prefix's seconds per batch and the process's CPU seconds
+over that wall time (the cores it kept busy) go out in one ``input_stages`` event; a stage's own cost (its prefix less the one before) is the analysis's to work out.
 
 The copies run with tf.data's autotuning off (deleting an autotuned iterator waits for its autotuner's
 thread: up to 2 s) and the pipeline's other options. The whole is bounded by the diagnosis' allowance;
@@ -35,11 +35,14 @@ MAX_FILL_SECONDS = 10.0  # a shuffle buffer whose filling would take longer is n
 
 
 def _copy_options(dataset):
-    """The pipeline's options, with tf.data's autotuning off."""
+    """The pipeline's options, with tf.data's autotuning off, and no map fusion: fused with the map that
+    makes a prefix's elements scalars (:func:`_batched`), a map's work whose result is dropped could be
+    optimised away."""
     import tensorflow as tf
 
     options = tf.data.Options().merge(dataset.options())
     options.autotune.enabled = False
+    options.experimental_optimization.map_fusion = False
     return options
 
 
@@ -86,15 +89,15 @@ def slice_median(times: list[float], slices: int = SLICES) -> float:
 
 
 def _batched(prefix, per_batch: int):
-    """``prefix`` in batches of ``per_batch`` elements (as is when 1; ragged where an element's shape is open)."""
+    """``prefix`` pulled in batches of ``per_batch`` elements (as is when 1), each element made a scalar first:
+    a batch of the prefix's own elements would copy them, a cost the job never pays where a later stage makes
+    them small (keras' ``timeseries_dataset_from_array`` zips the whole array into every element and gathers a
+    window from it: batching 256 such elements cost 229 ms a pull, named costliest on keras-io's weather LSTM)."""
     import tensorflow as tf
 
     if per_batch <= 1:
         return prefix
-    shapes = [s.shape for s in tf.nest.flatten(prefix.element_spec)]
-    if any(not isinstance(s, tf.TensorShape) or not s.is_fully_defined() for s in shapes):
-        return prefix.ragged_batch(per_batch)
-    return prefix.batch(per_batch)
+    return prefix.map(lambda *_: tf.zeros((), tf.int8)).batch(per_batch)
 
 
 def _shuffle_fill(stages: list, per_element: float | None) -> float:
