@@ -40,10 +40,10 @@ def _copy_options(dataset):
     optimised away."""
     import tensorflow as tf
 
-    options = tf.data.Options().merge(dataset.options())
-    options.autotune.enabled = False
-    options.experimental_optimization.map_fusion = False
-    return options
+    ours = tf.data.Options()  # set on a new object: the pipeline's own options cannot be changed in place
+    ours.autotune.enabled = False
+    ours.experimental_optimization.map_fusion = False
+    return dataset.options().merge(ours)
 
 
 def _pull(prefix, per_batch: int, seconds: float) -> tuple[float, float, float, int] | None:
@@ -124,7 +124,10 @@ def measure_stages(dataset, batch_size: int | None, allowance_seconds: float | N
 def _measure(dataset, batch_size: int | None, allowance: float | None, began: float) -> dict:
     stages = chain(dataset)
     batch_at = max((i for i, s in enumerate(stages) if "Batch" in plain(s) and plain(s) != "Unbatch"), default=None)
-    batch = batch_size or _batch_stage_size(dataset) or 1
+    # The batch stage found along the first inputs: the pipeline's own end may be a zip of batched branches
+    # (keras-io's mixup), where a walk that stops at the zip finds none and would time the stages before the
+    # batch per element, the batch per batch.
+    batch = batch_size or (_batch_stage_size(stages[batch_at]) if batch_at is not None else None) or 1
     ends = [i for i, s in enumerate(stages) if timed(s, i == 0)]
     window = WINDOW_SECONDS if allowance is None else max(MIN_WINDOW_SECONDS, allowance / (2 * max(1, len(ends))))
     options = _copy_options(dataset)
