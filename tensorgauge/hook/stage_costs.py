@@ -6,8 +6,8 @@ source along its first inputs (:func:`.stage_names.chain`), and each prefix that
 work (the source, a map, filter, interleave, batch, a generator) is pulled on its own, from a new
 iterator of that prefix: no element of the job's own iterator is consumed and no step changed. Each
 prefix gets a short window: one pull untimed (the iterator starts, buffers fill), then batches of the
-fit (a prefix below the batch stage is pulled in batches of the fit's batch size, each element made a
-scalar first, so every prefix pays the same Python per pull and none pays for copying its elements)
+fit (a prefix below the batch stage is pulled in batches of the fit's batch size, a large element made a
+scalar first, so every prefix pays the same Python per pull and none pays for copying large elements)
 until the window's seconds are spent. The prefix's seconds per batch and the process's CPU seconds
 over that wall time (the cores it kept busy) go out in one ``input_stages`` event; a stage's own cost (its prefix less the one before) is the analysis's to work out.
 
@@ -31,6 +31,7 @@ from tensorgauge.hook.stage_names import chain, describe, plain, timed
 WINDOW_SECONDS = 0.3  # each prefix's timed pulls with --diagnose (unbounded)
 MIN_WINDOW_SECONDS, MIN_PULLS, MAX_PULLS = 0.03, 3, 2000
 SLICES = 3  # a prefix's pulls in this many runs, its seconds a batch the median run's (see slice_median)
+COPIED_BYTES = 64 * 1024  # an element larger is made a scalar before a prefix's pulls batch it (see _batched)
 MAX_FILL_SECONDS = 10.0  # a shuffle buffer whose filling would take longer is not pulled, even with --diagnose
 
 
@@ -94,16 +95,23 @@ def slice_median(times: list[float], slices: int = SLICES) -> float:
     return statistics.median(sum(run) / len(run) for run in runs)
 
 
-def _batched(prefix, per_batch: int):
-    """``prefix`` pulled in batches of ``per_batch`` elements (as is when 1), each element made a scalar first:
-    a batch of the prefix's own elements would copy them, a cost the job never pays where a later stage makes
-    them small (keras' ``timeseries_dataset_from_array`` zips the whole array into every element and gathers a
-    window from it: batching 256 such elements cost 229 ms a pull, named costliest on keras-io's weather LSTM)."""
+def _batched(prefix, per_batch: int, bytes_each: int | None):
+    """``prefix`` pulled in batches of ``per_batch`` elements (as is when 1; ragged where an element's shape is
+    open). An element over :data:`COPIED_BYTES` is made a scalar first: a batch of such elements would copy
+    them, a cost the job never pays where a later stage makes them small (keras' ``timeseries_dataset_from_array``
+    zips the whole array into every element: batching 256 of them cost 229 ms a pull, named costliest on
+    keras-io's weather LSTM). Small elements are batched as they are: a map call an element costs more than
+    their copy (1.8 ms against 0.4 ms a batch of keras-io's FeatureSpace rows)."""
     import tensorflow as tf
 
     if per_batch <= 1:
         return prefix
-    return prefix.map(lambda *_: tf.zeros((), tf.int8)).batch(per_batch)
+    if bytes_each is not None and bytes_each > COPIED_BYTES:
+        return prefix.map(lambda *_: tf.zeros((), tf.int8)).batch(per_batch)
+    shapes = [s.shape for s in tf.nest.flatten(prefix.element_spec)]
+    if any(not isinstance(s, tf.TensorShape) or not s.is_fully_defined() for s in shapes):
+        return prefix.ragged_batch(per_batch)
+    return prefix.batch(per_batch)
 
 
 def _shuffle_fill(stages: list, per_element: float | None) -> float:
@@ -160,7 +168,7 @@ def _measure(dataset, batch_size: int | None, allowance: float | None, began: fl
                        f"the allowance ({allowance or 0:.2f} s) was spent before {facts['stage']}")
         if untimed is not None:
             continue
-        pulled = _pull(_batched(stage, per_batch).with_options(options), per_batch, window,
+        pulled = _pull(_batched(stage, per_batch, facts["element_bytes"]).with_options(options), per_batch, window,
                        None if allowance is None else began + allowance)
         last_end = i
         if pulled is None:  # a source of one element (from_generator's): the stages after it are timed all the same
