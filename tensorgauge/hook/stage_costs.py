@@ -146,7 +146,7 @@ def _measure(dataset, batch_size: int | None, allowance: float | None, began: fl
     window = WINDOW_SECONDS if allowance is None else max(MIN_WINDOW_SECONDS, allowance / (2 * max(1, len(ends))))
     options = _copy_options(dataset)
     out: list[dict] = []
-    untimed, last_end, per_element = None, -1, None
+    untimed, last_end, per_element, last_pull_seconds = None, -1, None, 0.0
     for i in ends:
         stage = stages[i]
         facts = describe(stage)
@@ -158,8 +158,10 @@ def _measure(dataset, batch_size: int | None, allowance: float | None, began: fl
             continue
         spent = time.perf_counter() - began
         fill = _shuffle_fill(stages[last_end + 1:i + 1], per_element)
-        # The least a pull costs: its first pull and MIN_PULLS, each at least the last prefix's seconds a batch.
-        least = max(window, (MIN_PULLS + 1) * (per_element or 0.0) * per_batch)
+        # The least a prefix costs: its first pull and one timed (the deadline stops the rest), each at least
+        # the last prefix's seconds a pull (a pull is a batch above the batch stage as below it: counted in
+        # elements, the demo's batch stage was thought 64 times cheaper, and its pulls overran the allowance).
+        least = max(window, 2 * last_pull_seconds)
         if any(plain(s).startswith("Cache") for s in stages[:i + 1]):
             untimed = f"the pipeline caches before {facts['stage']}: a copy would fill its cache again"
         elif fill > MAX_FILL_SECONDS or (allowance is not None and spent + fill + least > allowance):
@@ -174,7 +176,7 @@ def _measure(dataset, batch_size: int | None, allowance: float | None, began: fl
         if pulled is None:  # a source of one element (from_generator's): the stages after it are timed all the same
             continue
         seconds, cores, first, pulls = pulled
-        per_element = seconds / per_batch
+        per_element, last_pull_seconds = seconds / per_batch, seconds
         facts.update(prefix_seconds_per_batch=round(seconds, 7), cores=round(cores, 2),
                      first_pull_seconds=round(first, 4), pulls=pulls)
     result: dict = {"stages": out, "batch_size": batch if batch_at is not None else None}
