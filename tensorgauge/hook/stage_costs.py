@@ -64,13 +64,13 @@ def _pull(prefix, per_batch: int, seconds: float, deadline: float | None = None
 def _time_calls(pull, seconds: float, deadline: float | None = None) -> tuple[float, float, int] | None:
     """(seconds a call, cores busy, calls timed) of ``pull()`` called for ``seconds`` (at least
     :data:`MIN_PULLS` times, until StopIteration); None when the first call stops. ``deadline`` (a
-    ``perf_counter`` time): no call begun that the last call's length says would end past it, whatever
+    ``perf_counter`` time): no call begun that would end past it if as long as the longest so far, whatever
     :data:`MIN_PULLS` (one call at least): a slow prefix's pulls otherwise overran the allowance
     (0.49 s of 0.40 s on the input-bound demo, its 1 ms-a-row map pulled 64 rows at a time)."""
     began, cpu = time.perf_counter(), time.process_time()
     times: list[float] = []
     try:
-        while not times or (deadline is None or time.perf_counter() + times[-1] <= deadline) and (
+        while not times or (deadline is None or time.perf_counter() + max(times) <= deadline) and (
                 len(times) < MIN_PULLS or (time.perf_counter() - began < seconds and len(times) < MAX_PULLS)):
             before = time.perf_counter()
             pull()
