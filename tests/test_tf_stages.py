@@ -73,3 +73,26 @@ def test_a_pydataset_fed_fit_names_its_getitem_with_its_file_and_line(store_path
     assert stages[0]["seconds_per_batch"] > 0 and stages[0]["share"] == 1.0
     finding = next(f for f in report.findings if f.id == "input_bound")
     assert "SlowBatches.__getitem__ (staged_input.py:" in finding.fix and "use_multiprocessing=True" in finding.fix
+
+
+def test_a_stage_whose_elements_are_large_is_not_charged_for_copying_them(store_path, tg_cmd):
+    # keras' timeseries_dataset_from_array: the whole array zipped into every element until a map takes a
+    # window. Batched as they were, the zip's elements cost ~100 MB of copies a pull, and it was named
+    # costliest (keras-io's weather LSTM: Zip 100%, its windowing map 0%).
+    report = record(tg_cmd, store_path, "--windows")
+    stages = (report.input_split or {}).get("stages") or []
+    top = max((s for s in stages if s["share"] is not None), key=lambda s: s["share"])
+    assert top["function"] == "costly_window", stages
+    assert top["location"] == f"staged_input.py:{line_of('costly_window')}"
+    assert top["share"] >= 0.7, stages
+
+
+def test_a_pipeline_ending_in_a_zip_of_batched_branches_times_every_stage_per_batch(store_path, tg_cmd):
+    # keras-io's mixup: zip((a.batch(64), b.batch(64))).map(mix_up). The batch size was looked for only
+    # above the zip: the stages before the batch were timed per element, the batch per batch, and the
+    # batch charged with the costly map's work.
+    report = record(tg_cmd, store_path, "--zipped")
+    stages = (report.input_split or {}).get("stages") or []
+    top = max((s for s in stages if s["share"] is not None), key=lambda s: s["share"])
+    assert top["function"] == "costly_transform", stages
+    assert top["share"] >= 0.7, stages

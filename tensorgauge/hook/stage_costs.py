@@ -6,10 +6,10 @@ source along its first inputs (:func:`.stage_names.chain`), and each prefix that
 work (the source, a map, filter, interleave, batch, a generator) is pulled on its own, from a new
 iterator of that prefix: no element of the job's own iterator is consumed and no step changed. Each
 prefix gets a short window: one pull untimed (the iterator starts, buffers fill), then batches of the
-fit (a prefix below the batch stage is batched to the fit's batch size, so every prefix pays the same
-Python per pull) until the window's seconds are spent. The prefix's seconds per batch and the process's
-CPU seconds over that wall time (the cores it kept busy) go out in one ``input_stages`` event; a stage's
-own cost (its prefix less the one before) is the analysis's to work out.
+fit (a prefix below the batch stage is pulled in batches of the fit's batch size, a large element made a
+scalar first, so every prefix pays the same Python per pull and none pays for copying large elements)
+until the window's seconds are spent. The prefix's seconds per batch and the process's CPU seconds
+over that wall time (the cores it kept busy) go out in one ``input_stages`` event; a stage's own cost (its prefix less the one before) is the analysis's to work out.
 
 The copies run with tf.data's autotuning off (deleting an autotuned iterator waits for its autotuner's
 thread: up to 2 s) and the pipeline's other options. The whole is bounded by the diagnosis' allowance;
@@ -31,37 +31,47 @@ from tensorgauge.hook.stage_names import chain, describe, plain, timed
 WINDOW_SECONDS = 0.3  # each prefix's timed pulls with --diagnose (unbounded)
 MIN_WINDOW_SECONDS, MIN_PULLS, MAX_PULLS = 0.03, 3, 2000
 SLICES = 3  # a prefix's pulls in this many runs, its seconds a batch the median run's (see slice_median)
+COPIED_BYTES = 64 * 1024  # an element larger is made a scalar before a prefix's pulls batch it (see _batched)
 MAX_FILL_SECONDS = 10.0  # a shuffle buffer whose filling would take longer is not pulled, even with --diagnose
 
 
 def _copy_options(dataset):
-    """The pipeline's options, with tf.data's autotuning off."""
+    """The pipeline's options, with tf.data's autotuning off, and no map fusion: fused with the map that
+    makes a prefix's elements scalars (:func:`_batched`), a map's work whose result is dropped could be
+    optimised away."""
     import tensorflow as tf
 
-    options = tf.data.Options().merge(dataset.options())
-    options.autotune.enabled = False
-    return options
+    ours = tf.data.Options()  # set on a new object: the pipeline's own options cannot be changed in place
+    ours.autotune.enabled = False
+    ours.experimental_optimization.map_fusion = False
+    return dataset.options().merge(ours)
 
 
-def _pull(prefix, per_batch: int, seconds: float) -> tuple[float, float, float, int] | None:
+def _pull(prefix, per_batch: int, seconds: float, deadline: float | None = None
+          ) -> tuple[float, float, float, int] | None:
     """(seconds per batch, cores busy, seconds the first pull took, pulls timed) of ``prefix``, its elements
-    in batches of ``per_batch``; None when it yields no batch after the first."""
+    in batches of ``per_batch``; None when it yields no batch after the first. ``deadline``: see
+    :func:`_time_calls`."""
     start = time.perf_counter()
     iterator = iter(prefix)
     next(iterator)
     first = time.perf_counter() - start
-    timing = _time_calls(iterator.__next__, seconds)
+    timing = _time_calls(iterator.__next__, seconds, deadline)
     del iterator
     return None if timing is None else (timing[0], timing[1], first, timing[2])
 
 
-def _time_calls(pull, seconds: float) -> tuple[float, float, int] | None:
+def _time_calls(pull, seconds: float, deadline: float | None = None) -> tuple[float, float, int] | None:
     """(seconds a call, cores busy, calls timed) of ``pull()`` called for ``seconds`` (at least
-    :data:`MIN_PULLS` times, until StopIteration); None when the first call stops."""
+    :data:`MIN_PULLS` times, until StopIteration); None when the first call stops. ``deadline`` (a
+    ``perf_counter`` time): no call begun that would end past it if as long as the longest so far, whatever
+    :data:`MIN_PULLS` (one call at least): a slow prefix's pulls otherwise overran the allowance
+    (0.49 s of 0.40 s on the input-bound demo, its 1 ms-a-row map pulled 64 rows at a time)."""
     began, cpu = time.perf_counter(), time.process_time()
     times: list[float] = []
     try:
-        while len(times) < MIN_PULLS or (time.perf_counter() - began < seconds and len(times) < MAX_PULLS):
+        while not times or (deadline is None or time.perf_counter() + max(times) <= deadline) and (
+                len(times) < MIN_PULLS or (time.perf_counter() - began < seconds and len(times) < MAX_PULLS)):
             before = time.perf_counter()
             pull()
             times.append(time.perf_counter() - before)
@@ -85,12 +95,19 @@ def slice_median(times: list[float], slices: int = SLICES) -> float:
     return statistics.median(sum(run) / len(run) for run in runs)
 
 
-def _batched(prefix, per_batch: int):
-    """``prefix`` in batches of ``per_batch`` elements (as is when 1; ragged where an element's shape is open)."""
+def _batched(prefix, per_batch: int, bytes_each: int | None):
+    """``prefix`` pulled in batches of ``per_batch`` elements (as is when 1; ragged where an element's shape is
+    open). An element over :data:`COPIED_BYTES` is made a scalar first: a batch of such elements would copy
+    them, a cost the job never pays where a later stage makes them small (keras' ``timeseries_dataset_from_array``
+    zips the whole array into every element: batching 256 of them cost 229 ms a pull, named costliest on
+    keras-io's weather LSTM). Small elements are batched as they are: a map call an element costs more than
+    their copy (1.8 ms against 0.4 ms a batch of keras-io's FeatureSpace rows)."""
     import tensorflow as tf
 
     if per_batch <= 1:
         return prefix
+    if bytes_each is not None and bytes_each > COPIED_BYTES:
+        return prefix.map(lambda *_: tf.zeros((), tf.int8)).batch(per_batch)
     shapes = [s.shape for s in tf.nest.flatten(prefix.element_spec)]
     if any(not isinstance(s, tf.TensorShape) or not s.is_fully_defined() for s in shapes):
         return prefix.ragged_batch(per_batch)
@@ -121,12 +138,15 @@ def measure_stages(dataset, batch_size: int | None, allowance_seconds: float | N
 def _measure(dataset, batch_size: int | None, allowance: float | None, began: float) -> dict:
     stages = chain(dataset)
     batch_at = max((i for i, s in enumerate(stages) if "Batch" in plain(s) and plain(s) != "Unbatch"), default=None)
-    batch = batch_size or _batch_stage_size(dataset) or 1
+    # The batch stage found along the first inputs: the pipeline's own end may be a zip of batched branches
+    # (keras-io's mixup), where a walk that stops at the zip finds none and would time the stages before the
+    # batch per element, the batch per batch.
+    batch = batch_size or (_batch_stage_size(stages[batch_at]) if batch_at is not None else None) or 1
     ends = [i for i, s in enumerate(stages) if timed(s, i == 0)]
     window = WINDOW_SECONDS if allowance is None else max(MIN_WINDOW_SECONDS, allowance / (2 * max(1, len(ends))))
     options = _copy_options(dataset)
     out: list[dict] = []
-    untimed, last_end, per_element = None, -1, None
+    untimed, last_end, per_element, last_pull_seconds = None, -1, None, 0.0
     for i in ends:
         stage = stages[i]
         facts = describe(stage)
@@ -140,8 +160,10 @@ def _measure(dataset, batch_size: int | None, allowance: float | None, began: fl
             continue
         spent = time.perf_counter() - began
         fill = _shuffle_fill(stages[last_end + 1:i + 1], per_element)
-        # The least a pull costs: its first pull and MIN_PULLS, each at least the last prefix's seconds a batch.
-        least = max(window, (MIN_PULLS + 1) * (per_element or 0.0) * per_batch)
+        # The least a prefix costs: its first pull and one timed (the deadline stops the rest), each at least
+        # the last prefix's seconds a pull (a pull is a batch above the batch stage as below it: counted in
+        # elements, the demo's batch stage was thought 64 times cheaper, and its pulls overran the allowance).
+        least = max(window, 2 * last_pull_seconds)
         if any(plain(s).startswith("Cache") for s in stages[:i + 1]):
             untimed = f"the pipeline caches before {facts['stage']}: a copy would fill its cache again"
         elif fill > MAX_FILL_SECONDS or (allowance is not None and spent + fill + least > allowance):
@@ -150,12 +172,13 @@ def _measure(dataset, batch_size: int | None, allowance: float | None, began: fl
                        f"the allowance ({allowance or 0:.2f} s) was spent before {facts['stage']}")
         if untimed is not None:
             continue
-        pulled = _pull(_batched(stage, per_batch).with_options(options), per_batch, window)
+        pulled = _pull(_batched(stage, per_batch, facts["element_bytes"]).with_options(options), per_batch, window,
+                       None if allowance is None else began + allowance)
         last_end = i
         if pulled is None:  # a source of one element (from_generator's): the stages after it are timed all the same
             continue
         seconds, cores, first, pulls = pulled
-        per_element = seconds / per_batch
+        per_element, last_pull_seconds = seconds / per_batch, seconds
         facts.update(prefix_seconds_per_batch=round(seconds, 7), cores=round(cores, 2),
                      first_pull_seconds=round(first, 4), pulls=pulls)
     result: dict = {"stages": out, "batch_size": batch if batch_at is not None else None}
@@ -220,14 +243,15 @@ def measure_pydataset(data, allowance_seconds: float | None) -> None:
     began = time.perf_counter()
     window = WINDOW_SECONDS if allowance_seconds is None else max(MIN_WINDOW_SECONDS, allowance_seconds / 2)
     try:
-        payload: dict = {"stages": [_getitem_stage(data, window)], "batch_size": None}
+        deadline = None if allowance_seconds is None else began + allowance_seconds
+        payload: dict = {"stages": [_getitem_stage(data, window, deadline)], "batch_size": None}
     except Exception as exc:
         payload = {"error": error_text(exc)}
     channel().emit(Kind.INPUT_STAGES, **payload, cost_seconds=round(time.perf_counter() - began, 4),
                    allowance_seconds=allowance_seconds)
 
 
-def _getitem_stage(data, window: float) -> dict:
+def _getitem_stage(data, window: float, deadline: float | None) -> dict:
     getitem = type(data).__getitem__
     try:
         batches = int(len(data))
@@ -241,7 +265,7 @@ def _getitem_stage(data, window: float) -> dict:
     data[0]
     first = time.perf_counter() - start
     index = iter(range(1, MAX_PULLS + 1))
-    timing = _time_calls(lambda: data[next(index) % batches if batches else next(index)], window)
+    timing = _time_calls(lambda: data[next(index) % batches if batches else next(index)], window, deadline)
     if timing is None:
         raise ValueError(f"{getitem.__qualname__} raised StopIteration")
     facts.update(prefix_seconds_per_batch=round(timing[0], 7), cores=round(timing[1], 2),

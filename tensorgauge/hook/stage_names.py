@@ -19,6 +19,7 @@ PASS_THROUGH = ("Prefetch", "Options", "Shuffle", "Repeat", "Take", "Skip", "Sha
                 "MaxIntraOpParallelism", "PrivateThreadPool", "Ignore_errors", "Apply", "ModelDataset")
 # Ops that call Python: diagnose's, and numpy_function(stateful=False)'s.
 CALLS_PYTHON = (*PYTHON_OPS, "PyFuncStateless")
+AUTOGRAPH_FILE = "__autograph_generated_file"  # the module AutoGraph writes a converted function's code to
 READERS = ("TFRecord", "TextLine", "FixedLengthRecord", "ListFiles")
 
 
@@ -123,6 +124,10 @@ def describe(stage) -> dict:
     elif calls_python:
         facts.update(stage=f"{name} (py_function)", python=True)
         function = python or function
+    if function is not None and AUTOGRAPH_FILE in (function_origin(function)[1] or ""):
+        # A lambda made inside the map function, which AutoGraph converted: its code is in a generated file
+        # (the input-bound demo's numpy_function lambda); the map function the user wrote is named instead.
+        function = getattr(wrapper, "_func", None)
     if function is not None:
         facts["function"] = getattr(function, "__qualname__", None) or getattr(function, "__name__", None) \
             or type(function).__name__

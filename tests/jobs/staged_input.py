@@ -3,7 +3,10 @@ work of the others (Python busy for ``--unit-ms`` a row in the cheap ones, ten t
 each through tf.numpy_function); ``--generator``: fed
 by ``Dataset.from_generator`` of a slow generator; ``--loop``: a custom training loop (a tf.function step
 over ``next()`` on the dataset's iterator) instead of fit; ``--pydataset``: fed by a keras.utils.PyDataset
-whose ``__getitem__`` is slow. Prints nothing; the test reads the run."""
+whose ``__getitem__`` is slow; ``--windows``: as keras' ``timeseries_dataset_from_array`` builds it, a
+large array zipped into every element and a window taken from it by a map that does ten times the work
+of the others (the elements before it large, after it small); ``--zipped``: as keras-io's mixup, two
+batched branches zipped and mixed by a map, the first branch's map doing ten times the work. Prints nothing; the test reads the run."""
 
 import argparse
 import time
@@ -15,6 +18,8 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--generator", action="store_true")
 parser.add_argument("--loop", action="store_true")
 parser.add_argument("--pydataset", action="store_true")
+parser.add_argument("--windows", action="store_true")
+parser.add_argument("--zipped", action="store_true")
 parser.add_argument("--unit-ms", type=float, default=0.5)
 parser.add_argument("--steps", type=int, default=40)
 args = parser.parse_args()
@@ -55,6 +60,11 @@ def slow_rows():
         yield rng.random(FEATURES, dtype=np.float32), np.float32(1.0)
 
 
+def costly_window(array, start):
+    busy(10 * args.unit_ms / 1000)
+    return array[start:start + 1].reshape(FEATURES)
+
+
 class SlowBatches(tf.keras.utils.PyDataset):
     def __len__(self):
         return 64
@@ -70,6 +80,21 @@ if args.pydataset:
 elif args.generator:
     data = tf.data.Dataset.from_generator(slow_rows, output_signature=(
         tf.TensorSpec([FEATURES], tf.float32), tf.TensorSpec([], tf.float32))).batch(BATCH)
+elif args.zipped:
+    rows = np.random.default_rng(0).random((4096, FEATURES), dtype=np.float32)
+    first = tf.data.Dataset.from_tensor_slices(rows).repeat().map(in_python(costly_transform)).batch(BATCH)
+    second = tf.data.Dataset.from_tensor_slices(rows).repeat().map(in_python(cheap_shift)).batch(BATCH)
+    data = tf.data.Dataset.zip((first, second)).map(lambda a, b: (a * 0.5 + b * 0.5, tf.reduce_sum(a, axis=1)))
+elif args.windows:  # 12.8 MB in every element until the window is taken
+    series = np.random.default_rng(0).random((400_000, FEATURES), dtype=np.float32)
+    starts = tf.data.Dataset.range(len(series) - 1)
+    data = tf.data.Dataset.zip((tf.data.Dataset.from_tensors(series).repeat(), starts)).map(
+        lambda array, start: tf.ensure_shape(tf.numpy_function(costly_window, [array, start], tf.float32,
+                                                               stateful=False), [FEATURES]))
+    data = data.map(in_python(cheap_shift)).batch(BATCH).map(lambda x: (x, tf.reduce_sum(x, axis=1)))
+    options = tf.data.Options()  # options of its own, as the input-bound demo's
+    options.experimental_optimization.map_and_batch_fusion = False
+    data = data.with_options(options)
 else:
     rows = np.random.default_rng(0).random((4096, FEATURES), dtype=np.float32)
     data = (tf.data.Dataset.from_tensor_slices(rows).repeat()
