@@ -15,6 +15,8 @@ from tensorgauge.model import Event, payloads
 from tensorgauge.units import format_bytes
 
 STAGE_KEYS = ("stage", "function", "location", "seconds_per_batch", "share", "cores")
+# A Python stage's hottest lines, where they were sampled (hook.hot_lines): carried into its row as they are.
+HOT_KEYS = ("hot_lines", "hot_samples", "sampling_cpu_seconds", "sampling_seconds", "hot_lines_why")
 
 
 def stage_rows(events: list[Event], compute_only_step_seconds: float | None = None) -> dict:
@@ -52,6 +54,7 @@ def own_costs(stages: list[StageTiming]) -> list[dict]:
             row["seconds_per_batch"] = round(own, 7)
             row["cores"] = round(max(0.0, cpu - cpu_before) / own, 2) if own > 0 else 0.0
             before, cpu_before = max(before, prefix), max(cpu_before, cpu)
+        row.update({k: stage[k] for k in HOT_KEYS if k in stage})  # type: ignore[literal-required]
         rows.append(row)
     total = sum(r["seconds_per_batch"] or 0.0 for r in rows)
     for row in rows:
@@ -121,6 +124,11 @@ def _cache_text(stage: StageTiming) -> str | None:
     caveat = " (it calls Python: make sure it is deterministic)" if stage.get("python") else ""
     held = f", holding about {format_bytes(elements * size)} ({elements} elements)" if size else ""
     return f"add .cache() after it, before the shuffle{held}, so epochs after the first skip it{caveat}"
+
+
+def hot_stage(split: dict | None) -> dict | None:
+    """The stage row whose hottest lines were sampled, or that says why not (renderers' one reading)."""
+    return next((r for r in stage_table_rows(split) if r.get("hot_lines") or r.get("hot_lines_why")), None)
 
 
 def stage_table_rows(split: dict | None) -> list[dict]:

@@ -202,6 +202,12 @@ class InputAB(Common, total=False):
     error: str
 
 
+class HotLine(TypedDict):
+    location: str  # file.py:line in the stage's function
+    code: str  # that line's source text
+    share: float  # of the samples taken inside the function
+
+
 class StageTiming(TypedDict, total=False):
     stage: str  # the stage plainly ("Map", "ParallelMap", "Batch", "from_generator", "Map (py_function)")
     cls: str  # its tf.data class (_MapDataset)
@@ -219,6 +225,11 @@ class StageTiming(TypedDict, total=False):
     cores: float  # the process's CPU seconds over that pull's wall seconds
     first_pull_seconds: float  # the prefix's first pull (untimed: its iterator starting, buffers filling)
     pulls: int  # batches timed
+    hot_lines: list[HotLine]  # the costliest Python stage's hottest lines, sampled by py-spy (hook.hot_lines)
+    hot_samples: int  # py-spy's samples inside the function
+    sampling_cpu_seconds: float  # py-spy's own CPU seconds (its whole life)
+    sampling_seconds: float  # the sampled window's wall seconds, py-spy's start and stop included
+    hot_lines_why: str  # why its lines were not named (py-spy missing, no ptrace permission, the allowance)
 
 
 class InputStages(Common, total=False):
