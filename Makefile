@@ -24,7 +24,7 @@ TF_MINOR = import importlib.metadata as m; \
 # The report test opens the page in headless Chromium (Debian's package).
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	command -v chromium >/dev/null || { apt-get update -q && apt-get install -y -q chromium; }
-	$(BIN)/python -m pip install --quiet -e ".[tensorflow,gpu,report,tensorboard,postgres,prometheus,otlp,jax,dev]"
+	$(BIN)/python -m pip install --quiet -e ".[tensorflow,gpu,report,tensorboard,postgres,prometheus,otlp,jax,profile,dev]"
 	$(BIN)/python -m pip install --quiet --no-deps "tf-keras==$$($(BIN)/python -c '$(TF_MINOR)')"
 	touch $@
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from tensorgauge.hook.protocol import StageTiming
 
+# A Python stage's hottest lines as py-spy sampled them (hook.hot_lines): carried into its row as they are.
+HOT_KEYS = ("hot_lines", "hot_samples", "sampling_cpu_seconds", "sampling_seconds", "hot_lines_why")
 
 def own_costs(stages: list[StageTiming]) -> list[dict]:
     """Each stage's row: its own seconds per batch, share of their sum, cores (None where not timed)."""
@@ -23,6 +25,7 @@ def own_costs(stages: list[StageTiming]) -> list[dict]:
             row["seconds_per_batch"] = round(own, 7)
             row["cores"] = round(max(0.0, cpu - cpu_before) / own, 2) if own > 0 else 0.0
             before, cpu_before = max(before, prefix), max(cpu_before, cpu)
+        row.update({k: stage[k] for k in HOT_KEYS if k in stage})  # type: ignore[literal-required]
         rows.append(row)
     total = sum(r["seconds_per_batch"] or 0.0 for r in rows)
     for row in rows:

@@ -18,6 +18,7 @@ from tensorgauge.units import format_bytes
 __all__ = ["STAGE_KEYS", "costliest", "own_costs", "stage_fix", "stage_rows", "stage_table_rows"]
 
 STAGE_KEYS = ("stage", "function", "location", "seconds_per_batch", "share", "cores")
+# A Python stage's hottest lines, where they were sampled (hook.hot_lines): carried into its row as they are.
 
 
 def stage_rows(events: list[Event], compute_only_step_seconds: float | None = None) -> dict:
@@ -123,6 +124,11 @@ def _cache_text(stage: StageTiming) -> str | None:
     caveat = " (it calls Python: make sure it is deterministic)" if stage.get("python") else ""
     held = f", holding about {format_bytes(elements * size)} ({elements} elements)" if size else ""
     return f"add .cache() after it, before the shuffle{held}, so epochs after the first skip it{caveat}"
+
+
+def hot_stage(split: dict | None) -> dict | None:
+    """The stage row whose hottest lines were sampled, or that says why not (renderers' one reading)."""
+    return next((r for r in stage_table_rows(split) if r.get("hot_lines") or r.get("hot_lines_why")), None)
 
 
 def stage_table_rows(split: dict | None) -> list[dict]:

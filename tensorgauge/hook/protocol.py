@@ -221,6 +221,12 @@ class InputAB(Common, total=False):
     error: str
 
 
+class HotLine(TypedDict):
+    location: str  # file.py:line in the stage's function
+    code: str  # that line's source text
+    share: float  # of the samples taken inside the function
+
+
 class StageTiming(TypedDict, total=False):
     stage: str  # the stage plainly ("Map", "ParallelMap", "Batch", "from_generator", "Map (py_function)")
     cls: str  # its tf.data class (_MapDataset)
@@ -240,6 +246,11 @@ class StageTiming(TypedDict, total=False):
     pulls: int  # batches timed
     map_call: int  # under --try-fixes: which of the process's Dataset.map calls made it (from 1)
     workers: int  # a PyTorch DataLoader's stage (its dataset's, its collate's): the loader's num_workers
+    hot_lines: list[HotLine]  # the costliest Python stage's hottest lines, sampled by py-spy (hook.hot_lines)
+    hot_samples: int  # py-spy's samples inside the function
+    sampling_cpu_seconds: float  # py-spy's own CPU seconds (its whole life)
+    sampling_seconds: float  # the sampled window's wall seconds, py-spy's start and stop included
+    hot_lines_why: str  # why its lines were not named (py-spy missing, no ptrace permission, the allowance)
 
 
 class InputStages(Common, total=False):

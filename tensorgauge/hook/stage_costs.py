@@ -22,11 +22,12 @@ from __future__ import annotations
 import statistics
 import time
 
+from tensorgauge.hook import hot_lines
 from tensorgauge.hook.channel import channel
 from tensorgauge.hook.dataset_facts import element_bytes
 from tensorgauge.hook.diagnose import _batch_stage_size, function_origin, mode
 from tensorgauge.hook.protocol import INPUT_MODERATE, Kind, error_text
-from tensorgauge.hook.stage_names import chain, describe, plain, timed
+from tensorgauge.hook.stage_names import chain, describe, plain, python_function, timed
 
 WINDOW_SECONDS = 0.3  # each prefix's timed pulls with --diagnose (unbounded)
 MIN_WINDOW_SECONDS, MIN_PULLS, MAX_PULLS = 0.03, 3, 2000
@@ -181,10 +182,38 @@ def _measure(dataset, batch_size: int | None, allowance: float | None, began: fl
         per_element, last_pull_seconds = seconds / per_batch, seconds
         facts.update(prefix_seconds_per_batch=round(seconds, 7), cores=round(cores, 2),
                      first_pull_seconds=round(first, 4), pulls=pulls)
+    top = _costliest(out)
+    if top is not None and out[top].get("python"):
+        i = ends[top]
+        prefix = _batched(stages[i], batch if batch_at is None or i < batch_at else 1,
+                          out[top].get("element_bytes")).with_options(options)
+        out[top].update(_hot_lines(python_function(stages[i]), lambda: iter(prefix).__next__, allowance, began))
     result: dict = {"stages": out, "batch_size": batch if batch_at is not None else None}
     if untimed is not None:
         result["untimed"] = untimed
     return result
+
+
+def _costliest(stages: list[dict]) -> int | None:
+    """The index of the timed stage whose own cost (its prefix less the costliest prefix before it) is largest."""
+    best, most, before = None, 0.0, 0.0
+    for i, stage in enumerate(stages):
+        prefix = stage.get("prefix_seconds_per_batch")
+        if prefix is None:
+            continue
+        if prefix - before > most:
+            best, most = i, prefix - before
+        before = max(before, prefix)
+    return best
+
+
+def _hot_lines(function, make_pull, allowance: float | None, began: float) -> dict:
+    """The costliest Python stage's hottest lines (:mod:`.hot_lines`), within what the allowance leaves."""
+    left = None if allowance is None else allowance - (time.perf_counter() - began)
+    try:
+        return hot_lines.sample(function, make_pull, left)
+    except Exception as exc:
+        return {"hot_lines_why": f"sampling its lines failed: {error_text(exc)}"}
 
 
 def _bytes(stage) -> int | None:
@@ -244,19 +273,33 @@ def measure_pydataset(data, allowance_seconds: float | None) -> None:
     window = WINDOW_SECONDS if allowance_seconds is None else max(MIN_WINDOW_SECONDS, allowance_seconds / 2)
     try:
         deadline = None if allowance_seconds is None else began + allowance_seconds
-        payload: dict = {"stages": [_getitem_stage(data, window, deadline)], "batch_size": None}
+        stage = _getitem_stage(data, window, deadline)
+        stage.update(_hot_lines(type(data).__getitem__, lambda: _getitem_pull(data), allowance_seconds, began))
+        payload: dict = {"stages": [stage], "batch_size": None}
     except Exception as exc:
         payload = {"error": error_text(exc)}
     channel().emit(Kind.INPUT_STAGES, **payload, cost_seconds=round(time.perf_counter() - began, 4),
                    allowance_seconds=allowance_seconds)
 
 
+def _batches(data) -> int:
+    """A PyDataset's batches (0: infinite, num_batches None: any index is a batch)."""
+    try:
+        return int(len(data))
+    except Exception:
+        return 0
+
+
+def _getitem_pull(data):
+    """A call that makes the PyDataset's next batch (by index, from 1, wrapping at its length)."""
+    batches = _batches(data)
+    index = iter(range(1, MAX_PULLS + 1))
+    return lambda: data[next(index) % batches if batches else next(index)]
+
+
 def _getitem_stage(data, window: float, deadline: float | None) -> dict:
     getitem = type(data).__getitem__
-    try:
-        batches = int(len(data))
-    except Exception:  # an infinite PyDataset (num_batches None): any index is a batch
-        batches = 0
+    batches = _batches(data)
     facts: dict = {"stage": "PyDataset.__getitem__", "cls": type(data).__name__, "function": getitem.__qualname__,
                    "location": function_origin(getitem)[1], "python": True, "random": False,
                    "parallel": False, "reader": False, "before_shuffle": False, "elements_per_batch": 1,
@@ -264,8 +307,7 @@ def _getitem_stage(data, window: float, deadline: float | None) -> dict:
     start = time.perf_counter()
     data[0]
     first = time.perf_counter() - start
-    index = iter(range(1, MAX_PULLS + 1))
-    timing = _time_calls(lambda: data[next(index) % batches if batches else next(index)], window, deadline)
+    timing = _time_calls(_getitem_pull(data), window, deadline)
     if timing is None:
         raise ValueError(f"{getitem.__qualname__} raised StopIteration")
     facts.update(prefix_seconds_per_batch=round(timing[0], 7), cores=round(timing[1], 2),

@@ -104,6 +104,17 @@ def _generator(function, depth: int = 4):
     return None
 
 
+def python_function(stage):
+    """The user's Python function a stage runs for its elements (its generator, its py_function's or
+    numpy_function's function); None where it runs none that is still registered."""
+    wrapper = _wrapper(stage)
+    if wrapper is None:
+        return None
+    function = getattr(wrapper, "_func", None)
+    generator = _generator(function) if "from_generator" in getattr(function, "__qualname__", "") else None
+    return generator if generator is not None else _python_function(_graph_ops(wrapper))[1]
+
+
 def describe(stage) -> dict:
     """``{"stage", "cls", "function", "location", "python", "random", "parallel", "reader"}`` of one stage."""
     name = plain(stage)

@@ -16,6 +16,7 @@ import json
 import shlex
 
 from tensorgauge._version import __version__
+from tensorgauge.analyse.input_stages import hot_stage
 from tensorgauge.analyse.timeline import MAX_BINS
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.render import charts, user_cache
@@ -107,6 +108,21 @@ def _verdict(report, level: str = "h2") -> str:
             + "</section>")
 
 
+def _hot_lines(report) -> str:
+    """The costliest Python stage's hottest lines, sampled by py-spy, with the sampler's cost."""
+    row = hot_stage(report.input_split)
+    if row is None:
+        return ""
+    name = _e(row.get("function"))
+    if not row.get("hot_lines"):
+        return f"<p class='meta'>Hot lines of <code>{name}</code>: not sampled: {_e(row.get('hot_lines_why'))}</p>"
+    items = "".join(f"<tr><td><code>{_e(x['location'])}</code></td><td>{x['share']:.0%}</td>"
+                    f"<td><code>{_e(x['code'])}</code></td></tr>" for x in row["hot_lines"])
+    return (f"<h3>Hot lines of <code>{name}</code></h3><table><tr><th>line</th><th>samples</th><th>code</th></tr>"
+            f"{items}</table><p class='meta'>{_e(row.get('hot_samples'))} py-spy samples in the function; "
+            f"sampling cost {row.get('sampling_cpu_seconds', 0.0):.2f} s CPU</p>")
+
+
 def _environment(report) -> str:
     from tensorgauge.render.compare import flatten
 
@@ -172,7 +188,7 @@ def run_page(report, js: str | None = None) -> str:
     """The report of one run."""
     chart_divs, specs = _charts_html("c-", charts.run_charts(report))
     body = (_header(report) + _verdict(report) + "<h2>Timeline</h2>" + _timeline_hint(report) + chart_divs
-            + "<h2>Phases</h2>" + _phase_table(report) + "<h2>Environment</h2>" + _environment(report))
+            + _hot_lines(report) + "<h2>Phases</h2>" + _phase_table(report) + "<h2>Environment</h2>" + _environment(report))
     return _page(f"tensorgauge: {report.record.name or report.record.run_id}", body, specs,
                  javascript() if js is None else js)
 

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.padding import Padding
 from rich.table import Table
 
-from tensorgauge.analyse.input_stages import stage_table_rows
+from tensorgauge.analyse.input_stages import hot_stage, stage_table_rows
 from tensorgauge.analyse.memory_breakdown import describe as describe_memory
 from tensorgauge.analyse.run_list import Listing
 from tensorgauge.analyse.run_report import RunReport
@@ -301,6 +301,21 @@ def render_stages(console: Console, split: dict | None) -> None:
     console.print(Padding(table, (0, 0, 0, 4)))
     if (split or {}).get("stages_untimed"):
         console.print(f"    [dim]not timed: {safe(split['stages_untimed'])}[/dim]")  # type: ignore[index]
+    render_hot_lines(console, hot_stage(split))
+
+
+def render_hot_lines(console: Console, row: dict | None) -> None:
+    """The costliest Python stage's hottest lines (share of py-spy's samples in its function, the line),
+    with the sampler's cost; or why they were not sampled."""
+    if row is None:
+        return
+    if not row.get("hot_lines"):
+        console.print(f"    hot lines of {safe(str(row.get('function')))}: not sampled: {safe(row['hot_lines_why'])}")
+        return
+    console.print(f"    hot lines of {safe(str(row.get('function')))} ({row.get('hot_samples')} py-spy samples, "
+                  f"sampling cost {row.get('sampling_cpu_seconds', 0.0):.2f} s CPU):")
+    for line in row["hot_lines"]:
+        console.print(f"      {line['share']:>4.0%}  {safe(line['location'])}  {safe(line['code'])}")
 
 
 def render_trials(console: Console, result) -> None:
