@@ -51,11 +51,21 @@ def test_samples_go_to_the_deepest_line_inside_the_function_and_the_top_lines_ar
     assert span is not None and span[0] == HERE and span[1] == FIRST and span[2] == FIRST + 3
     lines, inside = attribute(parse_raw(raw()), span)
     assert inside == 100  # the 400 samples in fit are not featurize's
-    assert lines == {HOT: 80, FIRST + 1: 20}  # a callee's samples go to the calling line
-    ranked = top_lines(lines, inside, HERE)
+    assert lines == {(HERE, HOT): 80, (HERE, FIRST + 1): 20}  # a callee's samples go to the calling line
+    ranked = top_lines(lines, inside)
     name = os.path.basename(HERE)
     assert ranked == [{"location": f"{name}:{HOT}", "code": "total = sum(i * i for i in range(50))", "share": 0.8},
                       {"location": f"{name}:{FIRST + 1}", "code": "y = x * 2", "share": 0.2}]
+
+
+def test_a_lambda_autograph_generated_has_its_samples_on_the_users_function_it_calls():
+    generated = "/tmp/__autograph_generated_fileab12.py"
+    library = "/venv/lib/python3.11/site-packages/numpy/core/fromnumeric.py"
+    stacks = [([(generated, 14), (HERE, HOT), (library, 3)], 9),  # in featurize's hot line, then numpy
+              ([(generated, 14)], 1)]  # in the lambda itself
+    lines, inside = attribute(stacks, (generated, 10, 20))
+    assert lines == {(HERE, HOT): 9, (generated, 14): 1} and inside == 10
+    assert [x["location"] for x in top_lines(lines, inside)] == [f"{os.path.basename(HERE)}:{HOT}"]  # not AutoGraph's
 
 
 def test_a_file_outside_the_function_at_the_same_lines_is_not_counted():

@@ -70,25 +70,49 @@ def code_span(function) -> tuple[str, int, int] | None:
 
 
 def attribute(stacks: list[tuple[Stack, int]], span: tuple[str, int, int]) -> tuple[Counter, int]:
-    """(samples per line of the function, samples inside it): each stack counted at its deepest frame
-    in ``span``'s file and line range; stacks that never enter it are left out."""
+    """(samples per (file, line), samples inside the function): each stack counted at its deepest frame
+    in ``span``'s file and line range; stacks that never enter it are left out. A function AutoGraph
+    generated (a map's lambda converted with it) is no line of the user's: its samples go to the
+    deepest frame below it in a file of the user's (the function the lambda calls), where there is one."""
     path = os.path.realpath(span[0])
+    generated = _generated(span[0])
     lines: Counter = Counter()
     for frames, count in stacks:
-        inside = [line for file, line in frames if span[1] <= line <= span[2] and _same_file(file, span[0], path)]
-        if inside:
-            lines[inside[-1]] += count
+        inside = [i for i, (file, line) in enumerate(frames)
+                  if span[1] <= line <= span[2] and _same_file(file, span[0], path)]
+        if not inside:
+            continue
+        deepest = inside[-1]
+        if generated:
+            deepest = max((i for i in range(deepest, len(frames)) if _users(frames[i][0])), default=deepest)
+        lines[frames[deepest]] += count
     return lines, sum(lines.values())
+
+
+def _generated(file: str) -> bool:
+    return os.path.basename(file).startswith("__autograph_generated_file")
+
+
+def _users(file: str) -> bool:
+    """A file of the job's own code: not generated, not a library's or the standard library's."""
+    if _generated(file) or "site-packages" in file or "dist-packages" in file:
+        return False
+    return not file.startswith(_STDLIB)
+
+
+_STDLIB = tuple({os.path.dirname(os.__file__)})
 
 
 def _same_file(file: str, name: str, real: str) -> bool:
     return file == name or os.path.realpath(file) == real
 
 
-def top_lines(lines: Counter, samples: int, filename: str, top: int = TOP_LINES) -> list[dict]:
-    """The ``top`` lines with the most samples: ``{"location": "file.py:line", "code", "share"}``."""
-    return [{"location": f"{os.path.basename(filename)}:{line}", "code": linecache.getline(filename, line).strip(),
-             "share": round(count / samples, 4)} for line, count in lines.most_common(top)]
+def top_lines(lines: Counter, samples: int, top: int = TOP_LINES) -> list[dict]:
+    """The ``top`` (file, line)s with the most samples: ``{"location": "file.py:line", "code", "share"}``."""
+    shown = [(where, count) for where, count in lines.most_common() if not _generated(where[0])][:top]  # no line of
+    # the user's: AutoGraph's rewrite of a lambda (its samples count in the share of those shown all the same)
+    return [{"location": f"{os.path.basename(file)}:{line}", "code": linecache.getline(file, line).strip(),
+             "share": round(count / samples, 4)} for (file, line), count in shown]
 
 
 def py_spy() -> str | None:
@@ -139,7 +163,7 @@ def sample(function, make_pull: Callable[[], Callable[[], object]], left_seconds
     lines, inside = attribute(stacks, span)
     if not inside:
         return {"hot_lines_why": f"py-spy took {sum(c for _, c in stacks)} samples, none inside the function", **cost}
-    return {"hot_lines": top_lines(lines, inside, span[0]), "hot_samples": inside, **cost}
+    return {"hot_lines": top_lines(lines, inside), "hot_samples": inside, **cost}
 
 
 def _pull_for(pull: Callable[[], object], seconds: float, spy: subprocess.Popen) -> tuple[int, float] | None:
