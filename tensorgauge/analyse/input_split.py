@@ -17,7 +17,7 @@ from tensorgauge.analyse.epoch_starts import epoch_start_input
 from tensorgauge.analyse.input_stages import stage_rows
 from tensorgauge.analyse.phases import main_fit, step_digests
 from tensorgauge.hook.protocol import (
-    AB_DISTURBED_CORES,
+    AB_MIN_ROUNDS,
     INPUT_MODERATE,
     TRAIN_LOOP,
     WINDOW_START,
@@ -30,9 +30,6 @@ from tensorgauge.hook.protocol import (
     P,
     disturbed_round,
     one_line,
-)
-from tensorgauge.hook.protocol import (
-    AB_MIN_ROUNDS as MIN_ROUNDS,
 )
 from tensorgauge.model import Event, Phase, payloads
 from tensorgauge.steps import StepDigest
@@ -130,7 +127,6 @@ def _step_split(events: list[Event], phases: list[Phase], diagnosis: str | None)
     return split
 
 
-DISTURBED_CORES = AB_DISTURBED_CORES  # (see there)
 # One-sided 97.5% points of Student's t for the rounds' mean share (index: rounds - 1 degrees of freedom).
 T_CRITICAL = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36}
 
@@ -175,15 +171,15 @@ def ab_verdict(ab: InputAB) -> dict:
          and robust >= 4 * INPUT_MODERATE)
     by_t = _clear_of(shares, INPUT_MODERATE)
     # Rounds whose neighbours came or went between their real and compute-only steps are left out; a verdict
-    # needs MIN_ROUNDS of the others where any was.
+    # needs AB_MIN_ROUNDS of the others where any was.
     established = bool(shares) and share >= INPUT_MODERATE and (agree or by_t) and \
-        (not disturbed or len(pairs) >= MIN_ROUNDS)
+        (not disturbed or len(pairs) >= AB_MIN_ROUNDS)
     # The interval is over the rounds the verdict stands on: those that agree where they outvoted the rest.
     counted = shares if by_t or not established else [x for _, x in agreeing]
     low, high = _interval(counted)
     if established:
         verdict = "input costs the steps"
-    elif disturbed and len(pairs) < MIN_ROUNDS:
+    elif disturbed and len(pairs) < AB_MIN_ROUNDS:
         verdict = (f"within noise: other processes' load changed between the real and the compute-only steps of "
                    f"{disturbed} of {len(rounds)} rounds")
     elif share >= INPUT_MODERATE or high >= INPUT_MODERATE:

@@ -8,9 +8,9 @@ from tensorgauge.analyse import input_split as split
 from tensorgauge.analyse.rule_docs.base import RuleDoc, pct
 from tensorgauge.analyse.rules import idle_explainers
 from tensorgauge.hook.protocol import (
-    AB_EXTRA_ROUNDS as EXTRA_AB_ROUNDS,
-)
-from tensorgauge.hook.protocol import (
+    AB_DISTURBED_CORES,
+    AB_EXTRA_ROUNDS,
+    AB_MIN_ROUNDS,
     INPUT_HIGH,
     INPUT_MODERATE,
     SMALL_BATCH,
@@ -60,11 +60,11 @@ DOCS = (
             f"the rest); a share not established whose interval reaches {pct(INPUT_MODERATE)} is reported as "
             "\"within noise\" on the `input` line, never as a finding; \"no input cost\" only where the whole "
             f"interval is under {pct(INPUT_MODERATE)}",
-            f"a round whose other processes kept {split.DISTURBED_CORES:g} cores more (or fewer) busy in its real "
+            f"a round whose other processes kept {AB_DISTURBED_CORES:g} cores more (or fewer) busy in its real "
             "steps than in its compute-only ones (a neighbour that came or went: the machine's busy CPU less the "
             "job's, its worker processes included) is left out, and the A/B runs up to "
-            f"{EXTRA_AB_ROUNDS} more in place of such rounds; where any was, a verdict needs "
-            f"{split.MIN_ROUNDS} rounds of the others",
+            f"{AB_EXTRA_ROUNDS} more in place of such rounds; where any was, a verdict needs "
+            f"{AB_MIN_ROUNDS} rounds of the others",
             f"at epoch starts: a wait of {epoch_starts.EPOCH_START_FACTOR:g}x the median step and at least "
             f"{epoch_starts.EPOCH_START_MIN_SECONDS:g} s past a step, in epochs after the first, at "
             f"{pct(INPUT_MODERATE)} of the training time or more, with {input_rules.EPOCH_START_BUSY:g} or more "
