@@ -217,7 +217,7 @@ class _WindowWatch(FitListener):
 
             # Which stage costs, its fix to get a trial of its own: timed once fit has returned and deleted its
             # iterator (a stopped fit's iterator, still prefetching, took the cores from the first prefixes).
-            measure_stages(x, batch_size, None)
+            measure_stages(x, batch_size, None, name_lines=False)  # (which lines: not what a trial changes)
         self.timed.exit_if_finished()
 
 

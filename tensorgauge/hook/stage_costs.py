@@ -125,18 +125,18 @@ def _shuffle_fill(stages: list, per_element: float | None) -> float:
     return total
 
 
-def measure_stages(dataset, batch_size: int | None, allowance_seconds: float | None) -> None:
+def measure_stages(dataset, batch_size: int | None, allowance_seconds: float | None, name_lines: bool = True) -> None:
     """Time each prefix of ``dataset`` (see the module doc) and send one ``input_stages`` event."""
     began = time.perf_counter()
     try:
-        payload = _measure(dataset, batch_size, allowance_seconds, began)
+        payload = _measure(dataset, batch_size, allowance_seconds, began, name_lines)
     except Exception as exc:
         payload = {"error": error_text(exc)}
     channel().emit(Kind.INPUT_STAGES, **payload, cost_seconds=round(time.perf_counter() - began, 4),
                    allowance_seconds=allowance_seconds)
 
 
-def _measure(dataset, batch_size: int | None, allowance: float | None, began: float) -> dict:
+def _measure(dataset, batch_size: int | None, allowance: float | None, began: float, name_lines: bool = True) -> dict:
     stages = chain(dataset)
     batch_at = max((i for i, s in enumerate(stages) if "Batch" in plain(s) and plain(s) != "Unbatch"), default=None)
     # The batch stage found along the first inputs: the pipeline's own end may be a zip of batched branches
@@ -183,7 +183,7 @@ def _measure(dataset, batch_size: int | None, allowance: float | None, began: fl
         facts.update(prefix_seconds_per_batch=round(seconds, 7), cores=round(cores, 2),
                      first_pull_seconds=round(first, 4), pulls=pulls)
     top = _costliest(out)
-    if top is not None and out[top].get("python"):
+    if name_lines and top is not None and out[top].get("python"):
         i = ends[top]
         prefix = _batched(stages[i], batch if batch_at is None or i < batch_at else 1,
                           out[top].get("element_bytes")).with_options(options)
