@@ -3,7 +3,7 @@
 import io
 
 from rich.console import Console
-from test_check import side
+from test_check import MiB, side
 
 from tensorgauge.analyse.check import check
 from tensorgauge.analyse.compare import compare
@@ -34,3 +34,17 @@ def test_a_pipeline_change_is_said_in_words():
     assert "->" not in named and "<-" not in named
     added = check(side("a", stages=SLOW), side("b", stages=["_PrefetchDataset", "_CacheDataset", *SLOW[1:]])).causes[0]
     assert added.startswith("the input pipeline changed: cache added (")
+
+
+def test_an_input_share_that_moved_is_not_named_a_change_in_the_job():
+    """Fewer cores make the same pipeline a larger share of the step: ``compare`` of two machines puts it
+    down to them, not to the job; ``check`` still reports it, after the job's own changes."""
+    a, b = side("a"), side("b", step=0.014)
+    a.report.input_split = {"measured": True, "input_share": 0.20}
+    b.report.input_split = {"measured": True, "input_share": 0.45}
+    assert compare(a, b).job_changes == []
+    assert check(a, b).causes == ["the input's share of fit's step: 20% -> 45% (measured by the A/B)"]
+    wider = side("c", step=0.014, weights=8 * MiB)
+    wider.report.input_split = b.report.input_split
+    assert check(a, wider).causes[0].startswith("the model's weights")
+    assert check(a, wider).causes[1].startswith("the input's share")

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tensorgauge.analyse.compare import Side, environment_differences
-from tensorgauge.analyse.job_changes import format_change, format_value, job_changes
+from tensorgauge.analyse.job_changes import format_change, format_value, input_share_change, job_changes
 from tensorgauge.analyse.phases import model_calls
 from tensorgauge.units import format_bytes, format_seconds
 
@@ -144,6 +144,9 @@ def busier_by(a: Side, b: Side) -> float | None:
 def causes(a: Side, b: Side, new_findings: list[dict]) -> list[str]:
     """What changed in the job between the baseline ``a`` and the run ``b``, most direct first."""
     out = job_changes(a, b)
+    share = input_share_change(a, b)
+    if share:
+        out.append(share)
     for finding in new_findings:
         out.append(f"new finding {finding['id']}: {finding['title']}")
     for diff in environment_differences(a, b):

@@ -1,6 +1,7 @@
 """What changed in the job itself between two runs, in words, most direct first: how fit runs (eager, XLA,
-steps per execution, batch, thread pools, backend), its input pipeline, the model's size and the input's
-share of the step. ``check`` and ``compare`` both name these (pure)."""
+steps per execution, batch, thread pools, backend), its input pipeline and the model's size. ``check`` and
+``compare`` both name these; ``check`` adds the input's share of the step, an effect that a change of
+machine makes too (pure)."""
 
 from __future__ import annotations
 
@@ -110,7 +111,17 @@ def job_changes(a: Side, b: Side) -> list[str]:
     if wa and wb and abs(math.log(wb / wa)) >= math.log(1.05):
         out.append(f"the model's weights: {format_bytes(wa)} -> {format_bytes(wb)} ({format_change(wb / wa)}): "
                    "more compute and memory per step")
-    ia, ib = _input_share(a), _input_share(b)
-    if ia is not None and ib is not None and abs(ib - ia) >= 0.10:
-        out.append(f"the input's share of fit's step: {ia:.0%} -> {ib:.0%} (measured by the A/B)")
     return out
+
+
+INPUT_SHARE_CHANGE = 0.10  # the input's share of the step moving this much is named
+
+
+def input_share_change(a: Side, b: Side) -> str | None:
+    """How the input's share of fit's step moved, where both A/Bs measured it and it moved by
+    ``INPUT_SHARE_CHANGE``: an effect, of the job's pipeline or of the machine it ran on (fewer cores make
+    the same pipeline a larger share), so not a change in the job."""
+    ia, ib = _input_share(a), _input_share(b)
+    if ia is None or ib is None or abs(ib - ia) < INPUT_SHARE_CHANGE:
+        return None
+    return f"the input's share of fit's step: {ia:.0%} -> {ib:.0%} (measured by the A/B)"
