@@ -236,8 +236,9 @@ DOCS = (
         measured="The machine's runnable threads (running or waiting for a CPU), sampled once a second, during "
                  "the fit (or the whole run), against the machine's CPUs.",
         thresholds=(
-            f"moderate: a median of {d.OVERSUBSCRIBED_MODERATE:g} or more runnable threads per CPU",
-            f"high: {d.OVERSUBSCRIBED_HIGH:g} or more",
+            f"moderate: {d.OVERSUBSCRIBED_MODERATE:g} or more runnable threads per CPU in three samples of four "
+            "(their lower quartile)",
+            f"high: besides, a median of {d.OVERSUBSCRIBED_HIGH:g} or more",
         ),
         fix="Give each thread a core: size TensorFlow's pools (`TF_NUM_INTRAOP_THREADS` = cores, "
             "`TF_NUM_INTEROP_THREADS` = 2), set `OMP_NUM_THREADS=1` when numpy work runs inside tf.data, and do "
