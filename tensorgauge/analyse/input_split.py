@@ -19,6 +19,7 @@ from tensorgauge.analyse.phases import main_fit, step_digests
 from tensorgauge.hook.protocol import (
     AB_MIN_ROUNDS,
     INPUT_MODERATE,
+    T_CRITICAL,
     TRAIN_LOOP,
     WINDOW_START,
     ComputeProbe,
@@ -30,6 +31,8 @@ from tensorgauge.hook.protocol import (
     P,
     disturbed_round,
     one_line,
+    round_share,
+    share_interval,
 )
 from tensorgauge.model import Event, Phase, payloads
 from tensorgauge.steps import StepDigest
@@ -127,10 +130,6 @@ def _step_split(events: list[Event], phases: list[Phase], diagnosis: str | None)
     return split
 
 
-# One-sided 97.5% points of Student's t for the rounds' mean share (index: rounds - 1 degrees of freedom).
-T_CRITICAL = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36}
-
-
 # Rounds among which one that disagrees is outvoted for three times the threshold (of four, three agreed on
 # 17% where the same healthy job's other runs and an independent A/B found 0-3.5%); a majority of four or
 # more outvotes the rest for four times it (in CI: a competing map's 37% cost, rounds of 20, 3, 32 and 45%).
@@ -154,7 +153,7 @@ def ab_verdict(ab: InputAB) -> dict:
     disturbed = sum(1 for _, _, load in rounds if disturbed_round(load))
     pairs = [(r, c) for r, c, load in rounds if not disturbed_round(load)]
     step, limit = _pooled(pairs)
-    shares = [_round_share(r, c) for r, c in pairs]
+    shares = [round_share(r, c) for r, c in pairs]
     share = max(0.0, 1 - limit / step) if step > 0 else 0.0
     # No single round carries a verdict: the healthy demo (bare A/B 0-3.5%) once pooled 11.6% from rounds
     # of 32, 6, 13 and 9%, and in CI 19% from 17, 22, 17 and 1%. Outvoted rounds: keras-io's weather
@@ -176,7 +175,7 @@ def ab_verdict(ab: InputAB) -> dict:
         (not disturbed or len(pairs) >= AB_MIN_ROUNDS)
     # The interval is over the rounds the verdict stands on: those that agree where they outvoted the rest.
     counted = shares if by_t or not established else [x for _, x in agreeing]
-    low, high = _interval(counted)
+    low, high = share_interval(counted)
     if established:
         verdict = "input costs the steps"
     elif disturbed and len(pairs) < AB_MIN_ROUNDS:
@@ -198,21 +197,9 @@ def ab_verdict(ab: InputAB) -> dict:
             "established": established, "verdict": verdict}
 
 
-def _interval(shares: list[float]) -> tuple[float, float]:
-    """The 95% interval (Student's t, two-sided) of the mean of ``shares``; one share is its own interval."""
-    if not shares:
-        return 0.0, 0.0
-    mean = statistics.mean(shares)
-    if len(shares) < 2:
-        return mean, mean
-    half = T_CRITICAL.get(len(shares) - 1, 1.96 if len(shares) > 30 else 2.05) * statistics.stdev(shares) / len(
-        shares) ** 0.5
-    return mean - half, mean + half
-
-
 def _pooled(pairs: list) -> tuple[float, float]:
     """The real and the compute-only step over ``pairs`` of rounds: the real steps' mean over every round,
-    and the compute-only step that the rounds' median share (:func:`_round_share`) leaves of it.
+    and the compute-only step that the rounds' median share (:func:`~tensorgauge.hook.protocol.round_share`) leaves of it.
 
     Each round pairs its real steps with compute-only steps taken beside them, so input's share is read
     within each round and the rounds' median taken: steps pooled across rounds that ran at different
@@ -220,16 +207,8 @@ def _pooled(pairs: list) -> tuple[float, float]:
     if not pairs:
         return 0.0, 0.0
     step = statistics.mean(t for r, _ in pairs for t in r)
-    share = statistics.median(_round_share(r, c) for r, c in pairs)
+    share = statistics.median(round_share(r, c) for r, c in pairs)
     return step, step * (1 - share)
-
-
-def _round_share(real: list[float], compute: list[float]) -> float:
-    """Input's share of a round's steps: 1 - the compute-only steps' mean / the real steps' mean. Means,
-    not medians: input comes in bursts (a prefetch buffer drained, then a slow step as it refills; an
-    epoch's start in the round), and the mean is what the fit pays. A median read keras-io's
-    structured-data program (input 83-87% of training by a bare A/B) as -42% to +32%, its means 72-90%."""
-    return 1 - statistics.mean(compute) / statistics.mean(real)
 
 
 def _pooled_share(pairs: list) -> float:
@@ -295,7 +274,7 @@ def rounds_verdict(rounds: list[list[float]]) -> dict | None:
         return None
     shares = [min(1.0, r[0] / r[1]) for r in usable]
     share = min(1.0, sum(r[0] for r in usable) / sum(r[1] for r in usable))
-    low, high = _interval(shares)
+    low, high = share_interval(shares)
     low, high = max(0.0, share - (high - low) / 2), min(1.0, share + (high - low) / 2)
     established = low >= INPUT_MODERATE
     verdict = ("input costs the steps" if established else
@@ -341,7 +320,7 @@ def loop_verdict(loop: LoopInput | None) -> dict | None:
     lost = min(step, max(0.0, statistics.mean(medians)))
     share = lost / step if step > 0 else 0.0
     established = share >= INPUT_MODERATE and bool(by_order[0]) and statistics.median(by_order[0]) > 0
-    low, high = _interval([(real - cached) / step for real, cached, *_ in pairs]) if step > 0 else (0.0, 0.0)
+    low, high = share_interval([(real - cached) / step for real, cached, *_ in pairs]) if step > 0 else (0.0, 0.0)
     half = (high - low) / 2
     low, high = max(0.0, share - half), min(1.0, share + half)
     return {"step_seconds": round(step, 7), "input_wait_seconds": round(lost, 7), "input_share": round(share, 4),

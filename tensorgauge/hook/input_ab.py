@@ -53,6 +53,8 @@ from tensorgauge.hook.protocol import (
     Kind,
     disturbed_round,
     error_text,
+    round_share,
+    share_interval,
 )
 from tensorgauge.hook.timing import wait_for
 
@@ -242,9 +244,12 @@ class InputAB:
 
     def _decided(self) -> bool:
         """The rounds so far (:data:`MIN_ROUNDS` or more) leave no doubt, so the rest would cost for nothing:
-        their pooled share under half :data:`INPUT_MODERATE` with at most one round at it or more (a noisy
-        round: the analysis outvotes it, and two more rounds could not carry a verdict the pool denies), or
-        every round at :data:`INPUT_HIGH` or more. A verdict near the threshold gets all its rounds."""
+        their pooled share under half :data:`INPUT_MODERATE` with at most one round at it or more, and that
+        one under :data:`INPUT_HIGH` (a noisy round: the analysis outvotes it, and two more rounds could not
+        carry a verdict the pool denies), or every round at :data:`INPUT_HIGH` or more. A verdict near the
+        threshold gets all its rounds, and so do rounds of which one shows a high cost (keras-io's
+        wide-and-deep program, input 35-74% of training: rounds of -45, 68 and -3%, its later rounds 2-3x
+        slower real steps than compute-only ones in every run)."""
         rounds = [(self.real[i], self.compute[i]) for i in self._clean()]
         if len(rounds) < MIN_ROUNDS or not all(real and compute for real, compute in rounds):
             return False
@@ -252,7 +257,7 @@ class InputAB:
         pooled = 1 - (statistics.median(t for _, compute in rounds for t in compute)
                       / statistics.median(t for real, _ in rounds for t in real))
         agreeing = sum(share >= INPUT_MODERATE for share in shares)
-        return (agreeing <= 1 and pooled < INPUT_MODERATE / 2) or min(shares) >= INPUT_HIGH
+        return (agreeing <= 1 and pooled < INPUT_MODERATE / 2 and max(shares) < INPUT_HIGH) or min(shares) >= INPUT_HIGH
 
     def _first_fits(self) -> bool:
         """The first excursion's fewest compute-only steps, at most a real step each, fit in its share of what a
@@ -273,9 +278,19 @@ class InputAB:
 
     def _limit(self) -> float:
         """What the rounds may cost in all: :data:`VERDICT_ALLOWANCES` allowances until a verdict's
-        :data:`MIN_ROUNDS` are in, then the allowance."""
+        :data:`MIN_ROUNDS` are in, and while the rounds so far straddle the threshold (:meth:`_in_doubt`),
+        then the allowance."""
         allowance = self.allowance_seconds or 0.0
-        return allowance * VERDICT_ALLOWANCES if len(self.compute) < MIN_ROUNDS else allowance
+        verdict_due = len(self.compute) < MIN_ROUNDS or self._in_doubt()
+        return allowance * VERDICT_ALLOWANCES if verdict_due else allowance
+
+    def _in_doubt(self) -> bool:
+        """The undisturbed rounds' 95% interval of input's share straddles :data:`INPUT_MODERATE`: the
+        planned rounds left may settle it (see :meth:`_decided`)."""
+        shares = [round_share(self.real[i], self.compute[i]) for i in self._clean()
+                  if self.real[i] and self.compute[i]]
+        low, high = share_interval(shares)
+        return len(shares) >= MIN_ROUNDS and low < INPUT_MODERATE <= high
 
     def _round_seconds(self) -> float:
         """The last excursion's seconds, less any making of the cached batch in it."""
