@@ -126,6 +126,9 @@ def test_a_prefetched_map_taking_the_cores_counts_as_input_bound_in_a_plain_run(
     others = others_busy(store.samples(report.record.run_id))
     if lost < 0.15 or others > 0.6:  # 0.1-0.4 on a quiet VM: the monitor, the tool, the hypervisor's share
         return
+    if lost < 0.25:  # near the threshold the rounds' noise may leave it open (beside a one-core hog: 17%)
+        assert "input_bound" in found or report.input_split["verdict"].startswith("within noise"), (ab, truth)
+        return
     assert "input_bound" in found, (ab, truth)
     # A pipeline of tf.data's own ops, autotuned as by default: told in every run.
     config = next(e.data for e in events if e.kind == "fit_config")
