@@ -47,3 +47,16 @@ def test_pids_from_another_namespace_are_not_attributed():
                            "processes": [(4_000_000, 2 << 30)]}])  # above any pid_max: not a pid of ours
     (a,) = open_gpus(nvml).read((1,))
     assert a.job_memory_bytes is None
+
+
+def test_without_an_nvidia_driver_nvml_is_not_imported(monkeypatch):
+    import sys
+
+    from tensorgauge.sources import nvml as source
+
+    monkeypatch.setattr(source.sys, "platform", "linux")
+    monkeypatch.setattr(source.os.path, "exists", lambda path: False)
+    monkeypatch.delitem(sys.modules, "pynvml", raising=False)
+    assert isinstance(open_gpus(), NoGpus) and "pynvml" not in sys.modules
+    monkeypatch.setattr(source.os.path, "exists", lambda path: path == "/proc/driver/nvidia")
+    assert not source.no_nvidia_driver()  # a driver: NVML is asked (and says what it finds)
