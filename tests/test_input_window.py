@@ -369,6 +369,22 @@ def test_input_bound_from_the_ab_with_its_measured_gain():
                            fit(), 2.0, config) is None
 
 
+def test_an_input_cost_measured_beside_other_work_is_low():
+    """Other processes keeping a core of two busy through the rounds take it from the pipeline and the step
+    alike: the cost is measured, but part of it is the machine's (the eager demo beside a one-core hog)."""
+    def split_with(load):
+        event = {**ab_event([0.010] * 4, [0.006] * 4), "other_cores": [[load, load]] * 4}
+        return input_split(events_with(("input_ab", event)), [fit()])
+
+    beside = fit_input_bound(split_with(0.9), fit(), 2.0, None)
+    assert beside.severity == "low" and beside.evidence["other_cores_mean"] == 0.9
+    assert "other processes kept 0.9 of the 2 CPUs busy" in beside.title
+    quiet = fit_input_bound(split_with(0.05), fit(), 2.0, None)
+    assert quiet.severity == "high" and "other processes" not in quiet.title
+    # On a larger machine a core of other work leaves the job the cores it had.
+    assert fit_input_bound(split_with(0.9), fit(), 16.0, None).severity == "high"
+
+
 def test_the_fix_leaves_out_what_the_pipeline_already_does():
     every = {"dataset": True, "dataset_random_ops": [],
              "dataset_stages": ["_PrefetchDataset", "CacheDataset", "_ParallelMapDataset", "_TensorSliceDataset"]}

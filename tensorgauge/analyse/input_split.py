@@ -138,7 +138,7 @@ MAJORITY = 0.6  # of the rounds, for a pooled share of four times the threshold
 
 
 def ab_verdict(ab: InputAB) -> dict:
-    """What the A/B's rounds say: the real and compute-only step (:func:`_pooled`), input's share of the step, the lowest and highest share of any round, and whether the cost is established:
+    """What the A/B's rounds say: the real and compute-only step (:func:`_pooled`), input's share of the step, the lowest and highest share of any round, the cores other processes kept busy meanwhile, and whether the cost is established:
     at least :data:`INPUT_MODERATE` of the step, and the rounds bear that out. Either their mean share
     is above it by Student's t at 97.5%, or the share pooled over the rounds at least that, less the
     one that shows the most, is twice it with every round at least that, three times it with all but
@@ -187,7 +187,9 @@ def ab_verdict(ab: InputAB) -> dict:
         verdict = f"within noise: the rounds' interval straddles {INPUT_MODERATE:.0%}"
     else:
         verdict = f"no input cost above {INPUT_MODERATE:.0%} of the step"
+    others = [x for _, _, load in rounds if not disturbed_round(load) for x in (load or []) if x is not None]
     return {"rounds": len(pairs), "disturbed_rounds": disturbed, "steps": sum(len(r) for r, _ in pairs),
+            "other_cores_mean": round(statistics.mean(others), 3) if others else None,
             "step_seconds": round(step, 7), "compute_only_step_seconds": round(limit, 7),
             "input_wait_seconds": round(max(0.0, step - limit), 7), "input_share": round(share, 4),
             "input_share_low": round(min(shares), 4) if shares else None,
