@@ -256,6 +256,27 @@ def test_the_making_of_the_cached_batch_is_paid_once_not_expected_of_every_round
     assert len(ab.compute[0]) == input_ab.PROBE_STEPS - input_ab._DROPPED
 
 
+def test_the_rounds_a_verdict_needs_are_not_refused_by_an_estimate(monkeypatch, events):
+    """Each excursion is cut at its third of the verdict's three allowances, so three fit by construction:
+    estimated from the last one, keras-io's weather forecaster's third round (0.38 s, cut at 0.40) was
+    refused in 1 run of 5 by the making of the cached batch, and the fit got no verdict."""
+    clock = Clock()
+    monkeypatch.setattr(input_ab.time, "monotonic", clock)
+    monkeypatch.setattr("tensorgauge.hook.timing.time.monotonic", clock)
+
+    def slow_cached_input(x, y, batch_size, spec=None):
+        clock.now += 0.08
+        return "cached", "a real batch", [[64, 8]]
+
+    monkeypatch.setattr(input_ab, "cached_input", slow_cached_input)
+    model = FakeModel(clock, 0.090, 0.065)  # 28%: the rounds agree on a high cost
+    ab = InputAB(model, (None, None, 64), 5, allowance_seconds=0.4, clock=clock)
+    for _ in range(300):
+        ab.on_step_begin()
+        model.train_function("real")
+    assert ab.measured and len(ab.compute) == 3 and ab.cost <= 3 * 0.4 + 0.08
+
+
 def ab_event(real, compute):
     return {"real_step_seconds": [[r] * 10 for r in real], "compute_step_seconds": [[c] * 5 for c in compute]}
 
