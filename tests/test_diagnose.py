@@ -331,6 +331,12 @@ def test_idle_pauses_where_iterators_are_deleted_count_only_when_they_repeat():
     assert stalls(fit_phase, epochs, two, nested=[*epochs, *validations], pipeline=pipeline).evidence["count"] == 2
     three = stalls(fit_phase, epochs, digests, nested=[*epochs, *validations], cpu_at=cpu, pipeline=pipeline)
     assert three.evidence["count"] == 3
+    # A lone pause as fit returns with the pipeline's threads finishing a batch (0.3 cores): a teardown's too.
+    fit_phase = Phase(name="fit", kind="fit", start=0.0, end=7.0, step_seconds_p50=0.01, steps=500)
+    alone = [Phase(name="epoch 1", kind="epoch", start=0.0, end=7.0, parent=0)]
+    last = digest([0.01] * 500, start=0.0)  # the last step ends at 5.0 s; fit returns at 7 s
+    assert stalls(fit_phase, alone, [last], cpu_at=lambda t: min(t, 5.0) * 1.6 + max(0.0, t - 5.0) * 0.3) is None
+    assert stalls(fit_phase, alone, [last], cpu_at=lambda t: 1.6 * t) is not None  # computing: a stall
 
 
 def test_a_slow_validation_step_is_held_against_the_validations_own_median():

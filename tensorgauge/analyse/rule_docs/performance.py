@@ -350,7 +350,7 @@ DOCS = (
             f"{pct(pauses.STALL_HIGH_SHARE)}; both counted without the longest pause (one outlier does not "
             "grade them), and a single pause is low: TensorFlow's iterator teardown pauses at random, and a "
             "warning that comes and goes from run to run of the same program says nothing about it",
-            f"pauses at under {pauses.IDLE_CORES:g} cores busy where an iterator is deleted (an epoch's start, a "
+            f"pauses at under {pauses.TEARDOWN_IDLE_CORES:g} cores busy where an iterator is deleted (an epoch's start, a "
             f"validation pass's end, fit's return) count only when {pauses.TEARDOWN_MIN_REPEATS} or more come in "
             "one fit: TensorFlow 2.21's teardown makes one or two of them at random",
             f"pauses at under {pauses.IDLE_CORES:g} cores busy, in a fit on an autotuned tf.data pipeline that "
