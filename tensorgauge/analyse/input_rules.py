@@ -26,8 +26,8 @@ from tensorgauge.model import Finding, Phase, Severity
 SATURATED = 0.85  # cores busy / cores allowed at which more parallelism cannot help
 # Other processes keeping this many cores busy through the A/B's rounds, and this share of the job's CPUs,
 # make its input cost partly theirs: the pipeline's threads and the step share what cores are left. Beside a
-# one-core hog on 2 CPUs (0.7-1.0 cores), the eager demo, whose input costs nothing on a quiet machine, read
-# "input costs the steps"; on a quiet VM the rounds see 0.02-0.05 cores of other work.
+# one-core hog on 2 CPUs the eager demo, whose input costs nothing on a quiet machine, once read "input costs
+# the steps"; the rounds see 1.00-1.03 cores of other work beside such a hog, 0.02-0.05 on a quiet VM.
 BUSY_MACHINE_CORES, BUSY_MACHINE_SHARE = 0.5, 0.25
 EPOCH_START_BUSY = 0.25  # cores the job kept busy through its epoch-start waits for them to be input work (idle: tf.data teardown)
 
