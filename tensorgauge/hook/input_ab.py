@@ -281,8 +281,8 @@ class InputAB:
 
     def _limit(self) -> float:
         """What the rounds may cost in all: :data:`VERDICT_ALLOWANCES` allowances until a verdict's
-        :data:`MIN_ROUNDS` are in, and while the rounds so far straddle the threshold (:meth:`_in_doubt`),
-        then the allowance."""
+        :data:`MIN_ROUNDS` are in, and while the rounds so far lean to a cost they do not establish
+        (:meth:`_in_doubt`), then the allowance."""
         allowance = self.allowance_seconds or 0.0
         verdict_due = len(self.compute) < MIN_ROUNDS or self._in_doubt()
         return allowance * VERDICT_ALLOWANCES if verdict_due else allowance
