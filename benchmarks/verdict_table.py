@@ -131,13 +131,19 @@ def recorded(program: Program, run_id: str) -> RunVerdict:
 
 def agreement(verdicts: list[RunVerdict]) -> str:
     """How many runs gave the commonest input verdict, and each other finding's count. "Within noise" and
-    "no cost" are the same finding (none), so runs that found none count together, each kind named."""
+    "no cost" are the same finding (none), so runs that found none count together, each kind named; runs
+    that found it count together too, each severity named."""
     n = len(verdicts)
     input_class, count = Counter(v.input_class for v in verdicts).most_common(1)[0]
     quiet = Counter(v.input_class for v in verdicts if v.input_class in ("within noise", "no cost"))
+    found = Counter(v.input_class.removeprefix("found (").rstrip(")") for v in verdicts
+                    if v.input_class.startswith("found"))
     if input_class in quiet and len(quiet) > 1:
         input_class = "not found (" + ", ".join(f"{kind} {c}" for kind, c in quiet.most_common()) + ")"
         count = sum(quiet.values())
+    elif input_class.startswith("found") and len(found) > 1:
+        input_class = "found (" + ", ".join(f"{severity} {c}" for severity, c in found.most_common()) + ")"
+        count = sum(found.values())
     others = Counter(f for v in verdicts for f in set(v.findings) if f != "input_bound")
     parts = [f"input {input_class} {count}/{n}"] + [f"{f} {c}/{n}" for f, c in sorted(others.items())]
     failed = sum(v.ab_failed for v in verdicts)
