@@ -220,7 +220,7 @@ def cpu_oversubscribed(samples: SampleSeries, fit: Phase | None, cpus: float, th
     :data:`OVERSUBSCRIBED_MODERATE` per CPU in three samples of four (their lower quartile), graded by the
     median. A median alone came and went: keras-io's weather forecaster (a parallel map on 2 CPUs) sampled
     medians of 4, 4, 4, 6.5 and 6.5 in five runs, lower quartiles 2-4, and pools sized to the cores made its
-    training slower (7.0 -> 12.2 s, 6.1 -> 7.6 s), not faster."""
+    training slower (7.0 -> 12.2, 6.1 -> 7.6 and 9.6 -> 13.1 s), not faster."""
     inside = samples.between(fit.start, fit.end) if fit is not None else samples
     counts = inside.reported("runnable")
     if len(counts) < 3 or cpus <= 0:
@@ -234,8 +234,8 @@ def cpu_oversubscribed(samples: SampleSeries, fit: Phase | None, cpus: float, th
         id="cpu_oversubscribed", severity="high" if per_cpu >= OVERSUBSCRIBED_HIGH else "moderate",
         title=f"{runnable:g} threads compete for {cpus:g} CPUs ({per_cpu:.1f} per CPU)"
               + (" during training" if fit else ""),
-        evidence={"runnable_threads_median": runnable, "runnable_threads_p25": sustained, "cpus": cpus, "runnable_per_cpu": round(per_cpu, 2),
-                  "job_threads_peak": threads_peak, "samples": len(counts)},
+        evidence={"runnable_threads_median": runnable, "runnable_threads_p25": sustained, "cpus": cpus,
+                  "runnable_per_cpu": round(per_cpu, 2), "job_threads_peak": threads_peak, "samples": len(counts)},
         fix="Give each thread a core: size TensorFlow's pools (TF_NUM_INTRAOP_THREADS = cores, "
             "TF_NUM_INTEROP_THREADS = 2), set OMP_NUM_THREADS=1 when numpy work runs inside tf.data, and do not "
             "run several jobs on the same CPUs (give each its own with taskset or tensorgauge run --max-cpus).",
