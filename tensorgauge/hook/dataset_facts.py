@@ -50,13 +50,17 @@ def patch_datasets(dataset_class) -> None:
     _wrap_buffer(dataset_class, "cache", _cache_facts)
 
 
-def element_bytes(dataset) -> int | None:
-    """Bytes of one element of ``dataset``, from its element spec (None when a shape is not known)."""
+def element_bytes(dataset, at_least: bool = False) -> int | None:
+    """Bytes of one element of ``dataset``, from its element spec: None when a shape is not known, or with
+    ``at_least``, the bytes of the parts whose shapes are known (keras' ``timeseries_dataset_from_array``
+    zips a whole array, its shape known, with window indices of an open length)."""
     import tensorflow as tf
 
     total = 0
     for spec in tf.nest.flatten(dataset.element_spec):
         dims = spec.shape.as_list() if spec.shape.rank is not None else [None]
+        if None in dims and at_least:
+            continue
         if None in dims:
             return None
         count = 1

@@ -98,7 +98,7 @@ def slice_median(times: list[float], slices: int = SLICES) -> float:
 
 def _batched(prefix, per_batch: int, bytes_each: int | None):
     """``prefix`` pulled in batches of ``per_batch`` elements (as is when 1; ragged where an element's shape is
-    open). An element over :data:`COPIED_BYTES` is made a scalar first: a batch of such elements would copy
+    open). An element over :data:`COPIED_BYTES` (``bytes_each``: at least, its known parts) is made a scalar first: a batch of such elements would copy
     them, a cost the job never pays where a later stage makes them small (keras' ``timeseries_dataset_from_array``
     zips the whole array into every element: batching 256 of them cost 229 ms a pull, named costliest on
     keras-io's weather LSTM). Small elements are batched as they are: a map call an element costs more than
@@ -173,8 +173,8 @@ def _measure(dataset, batch_size: int | None, allowance: float | None, began: fl
                        f"the allowance ({allowance or 0:.2f} s) was spent before {facts['stage']}")
         if untimed is not None:
             continue
-        pulled = _pull(_batched(stage, per_batch, facts["element_bytes"]).with_options(options), per_batch, window,
-                       None if allowance is None else began + allowance)
+        pulled = _pull(_batched(stage, per_batch, _bytes(stage, at_least=True)).with_options(options), per_batch,
+                       window, None if allowance is None else began + allowance)
         last_end = i
         if pulled is None:  # a source of one element (from_generator's): the stages after it are timed all the same
             continue
@@ -186,7 +186,7 @@ def _measure(dataset, batch_size: int | None, allowance: float | None, began: fl
     if name_lines and top is not None and out[top].get("python"):
         i = ends[top]
         prefix = _batched(stages[i], batch if batch_at is None or i < batch_at else 1,
-                          out[top].get("element_bytes")).with_options(options)
+                          _bytes(stages[i], at_least=True)).with_options(options)
         out[top].update(_hot_lines(python_function(stages[i]), lambda: iter(prefix).__next__, allowance, began))
     result: dict = {"stages": out, "batch_size": batch if batch_at is not None else None}
     if untimed is not None:
@@ -216,9 +216,9 @@ def _hot_lines(function, make_pull, allowance: float | None, began: float) -> di
         return {"hot_lines_why": f"sampling its lines failed: {error_text(exc)}"}
 
 
-def _bytes(stage) -> int | None:
+def _bytes(stage, at_least: bool = False) -> int | None:
     try:
-        return element_bytes(stage)
+        return element_bytes(stage, at_least)
     except Exception:
         return None
 

@@ -60,9 +60,9 @@ def slow_rows():
         yield rng.random(FEATURES, dtype=np.float32), np.float32(1.0)
 
 
-def costly_window(array, start):
+def costly_window(array, indices):
     busy(10 * args.unit_ms / 1000)
-    return array[start:start + 1].reshape(FEATURES)
+    return array[indices].reshape(FEATURES)
 
 
 class SlowBatches(tf.keras.utils.PyDataset):
@@ -87,9 +87,10 @@ elif args.zipped:
     data = tf.data.Dataset.zip((first, second)).map(lambda a, b: (a * 0.5 + b * 0.5, tf.reduce_sum(a, axis=1)))
 elif args.windows:  # 12.8 MB in every element until the window is taken
     series = np.random.default_rng(0).random((400_000, FEATURES), dtype=np.float32)
-    starts = tf.data.Dataset.range(len(series) - 1)
+    # Each start as a window of indices of an open length, as keras builds them: the element's size unknown.
+    starts = tf.data.Dataset.range(len(series) - 1).map(lambda start: tf.range(start, start + 1))
     data = tf.data.Dataset.zip((tf.data.Dataset.from_tensors(series).repeat(), starts)).map(
-        lambda array, start: tf.ensure_shape(tf.numpy_function(costly_window, [array, start], tf.float32,
+        lambda array, indices: tf.ensure_shape(tf.numpy_function(costly_window, [array, indices], tf.float32,
                                                                stateful=False), [FEATURES]))
     data = data.map(in_python(cheap_shift)).batch(BATCH).map(lambda x: (x, tf.reduce_sum(x, axis=1)))
     options = tf.data.Options()  # options of its own, as the input-bound demo's
