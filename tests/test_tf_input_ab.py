@@ -10,6 +10,7 @@ import pytest
 from conftest import needs_tf
 
 from tensorgauge.analyse.run_report import RunReport
+from tensorgauge.hook.input_ab import VERDICT_ALLOWANCES
 from tensorgauge.store import Store
 
 pytestmark = [needs_tf, pytest.mark.tf]
@@ -35,7 +36,10 @@ def test_a_fit_waiting_on_a_serial_python_map_is_input_bound_by_the_ab(store_pat
     own = 1 - truth["compute_only_step_seconds"] / truth["step_seconds"]
     assert own > 0.1 and finding.evidence["input_share"] > 0.1  # (one process's own A/B varies: 19-47% seen)
     assert "num_parallel_calls" in finding.fix and "prefetch" in finding.fix  # neither is in its pipeline
-    assert report.input_split["cost_seconds"] <= report.input_split["allowance_seconds"] + 0.05
+    # The rounds a verdict needs, and those run while they lean to a cost they do not establish, may spend the
+    # verdict's allowances (VERDICT_ALLOWANCES), never more (0.48 s of 0.40 once in CI: five rounds).
+    allowed = VERDICT_ALLOWANCES * report.input_split["allowance_seconds"]
+    assert report.input_split["cost_seconds"] <= allowed + 0.05
 
 
 def test_a_healthy_cached_prefetched_custom_loop_is_not_input_bound(store_path, tg_cmd):
