@@ -236,23 +236,29 @@ def test_rounds_that_straddle_the_threshold_go_on_within_the_verdicts_budget(mon
     assert len(leaning.compute) == 3
 
 
-def test_the_making_of_the_cached_batch_is_paid_once_not_expected_of_every_round(monkeypatch, events):
-    """Taking the first batch from the job's pipeline cost 40-60% of the first excursion: estimating each
-    later round from it left a 29% input cost with two rounds on a loaded machine, and no verdict."""
+def ab_with_slow_capture(monkeypatch, capture_seconds, real, compute, allowance_seconds):
+    """The A/B over 300 steps on a fake clock, its cached batch taking ``capture_seconds`` to make."""
     clock = Clock()
     monkeypatch.setattr(input_ab.time, "monotonic", clock)
     monkeypatch.setattr("tensorgauge.hook.timing.time.monotonic", clock)
 
     def slow_cached_input(x, y, batch_size, spec=None):
-        clock.now += 0.3
+        clock.now += capture_seconds
         return "cached", "a real batch", [[64, 8]]
 
     monkeypatch.setattr(input_ab, "cached_input", slow_cached_input)
-    model = FakeModel(clock, 0.01, 0.01)
-    ab = InputAB(model, (None, None, 64), 5, allowance_seconds=0.49, clock=clock)
+    model = FakeModel(clock, real, compute)
+    ab = InputAB(model, (None, None, 64), 5, allowance_seconds=allowance_seconds, clock=clock)
     for _ in range(300):
         ab.on_step_begin()
         model.train_function("real")
+    return ab
+
+
+def test_the_making_of_the_cached_batch_is_paid_once_not_expected_of_every_round(monkeypatch, events):
+    """Taking the first batch from the job's pipeline cost 40-60% of the first excursion: estimating each
+    later round from it left a 29% input cost with two rounds on a loaded machine, and no verdict."""
+    ab = ab_with_slow_capture(monkeypatch, 0.3, 0.01, 0.01, allowance_seconds=0.49)
     # The first excursion: 0.3 s, then all its steps (its third of the allowance is for steps); then
     # 0.06 s a round: three fit (taking the first as the estimate, one: no verdict).
     assert len(ab.compute) == 3 and ab.cost <= 0.49 and ab.measured
@@ -263,20 +269,8 @@ def test_the_rounds_a_verdict_needs_are_not_refused_by_an_estimate(monkeypatch, 
     """Each excursion is cut at its third of the verdict's three allowances, so three fit by construction:
     estimated from the last one, keras-io's weather forecaster's third round (0.38 s, cut at 0.40) was
     refused in 1 run of 5 by the making of the cached batch, and the fit got no verdict."""
-    clock = Clock()
-    monkeypatch.setattr(input_ab.time, "monotonic", clock)
-    monkeypatch.setattr("tensorgauge.hook.timing.time.monotonic", clock)
-
-    def slow_cached_input(x, y, batch_size, spec=None):
-        clock.now += 0.08
-        return "cached", "a real batch", [[64, 8]]
-
-    monkeypatch.setattr(input_ab, "cached_input", slow_cached_input)
-    model = FakeModel(clock, 0.090, 0.065)  # 28%: the rounds agree on a high cost
-    ab = InputAB(model, (None, None, 64), 5, allowance_seconds=0.4, clock=clock)
-    for _ in range(300):
-        ab.on_step_begin()
-        model.train_function("real")
+    # 28%: the rounds agree on a high cost
+    ab = ab_with_slow_capture(monkeypatch, 0.08, 0.090, 0.065, allowance_seconds=0.4)
     assert ab.measured and len(ab.compute) == 3 and ab.cost <= 3 * 0.4 + 0.08
 
 
