@@ -109,6 +109,23 @@ def test_a_store_down_at_the_workers_start_gets_their_data_when_it_comes_up(serv
     _check_fleet(server.url, workers, tmp_path)
 
 
+def test_the_server_set_up_gets_a_slot_while_clients_hold_all_theirs(server):
+    """Restarted under a fleet, the workers may take every slot before the set-up checks its database: the URL's
+    role is an ordinary one, so the set-up's superuser keeps slots of its own."""
+    import psycopg
+
+    held = []
+    try:
+        with pytest.raises(psycopg.OperationalError, match="too many clients|remaining connection slots"):
+            for _ in range(20):
+                held.append(psycopg.connect(server.url, connect_timeout=10))
+        assert 0 < len(held) < 10
+        assert server.start(keep=True) == server.url
+    finally:
+        for conn in held:
+            conn.close()
+
+
 def test_a_wrong_password_fails_before_the_job_in_one_masked_line(server, tmp_path):
     url = server.url.replace(PASSWORD, "wrongpw5512")
     worker = _worker(url, 0, 0.0, tmp_path)
