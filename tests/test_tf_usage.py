@@ -63,12 +63,16 @@ def test_pauses_at_epoch_starts_are_stalls(store_path, tg_cmd, tmp_path):
     # The generator paused as each of 4 epochs began; the first epoch's is the fit's start-up. (It may pause
     # once more after the fit: the tool's timing of the pipeline's stages runs the generator again, a pause of
     # the tool's own, not a stall.)
-    assert truth["pauses"] in (4, 5) and stalls["count"] == 3 and stalls["at_epoch_start"] == 3
-    assert sorted(x["epoch"] for x in stalls["stalls"]) == ["epoch 2", "epoch 3", "epoch 4"]
-    assert all(x["seconds"] >= truth["pause_seconds"] * 0.95 for x in stalls["stalls"])
+    # Besides, fit may return late once: deleting the last epoch's iterator waits for tf.data's autotuning
+    # thread, at random, bare too (analyse/pauses.py), a pause of the job's (once in CI: 4 stalls).
+    at_starts = [x for x in stalls["stalls"] if x["at_epoch_start"]]
+    assert truth["pauses"] in (4, 5) and stalls["at_epoch_start"] == 3, stalls
+    assert all(x.get("after_last_step") for x in stalls["stalls"] if not x["at_epoch_start"]), stalls
+    assert sorted(x["epoch"] for x in at_starts) == ["epoch 2", "epoch 3", "epoch 4"]
+    assert all(x["seconds"] >= truth["pause_seconds"] * 0.95 for x in at_starts)
     # The generator slept: the job's cores sat idle, but its pipeline runs Python of its own, which is
     # what it may have waited on, so not the autotuning advice.
-    assert all(x["cores_busy"] < 0.5 for x in stalls["stalls"])
+    assert all(x["cores_busy"] < 0.5 for x in at_starts)
     config = next(e.data for e in RunReport.load(Store.open(store_path), "last").events if e.kind == "fit_config")
     assert config["dataset_autotune"] is True and config["dataset_python_ops"]
     assert "epochs start" in found["stalls"].fix and "autotune" not in found["stalls"].fix
