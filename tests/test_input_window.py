@@ -83,7 +83,7 @@ class Clock:
         return self.now
 
 
-def run_ab(monkeypatch, events, real, compute, steps=200, rounds=5, loads=None):
+def run_ab(monkeypatch, events, real, compute, steps=200, rounds=5, loads=None, allowance_seconds=None):
     """The A/B on a fake model and clock; ``loads``: the other processes' cores each side of each round
     reads, in turn (default: a quiet machine, whatever this one is doing)."""
     clock = Clock()
@@ -93,7 +93,7 @@ def run_ab(monkeypatch, events, real, compute, steps=200, rounds=5, loads=None):
                         lambda begin, end: next(other) if other is not None else 0.0)
     model = FakeModel(clock, real, compute)
     original = model.train_function
-    ab = InputAB(model, None, rounds, allowance_seconds=None, clock=clock)
+    ab = InputAB(model, None, rounds, allowance_seconds=allowance_seconds, clock=clock)
     ab.iterator = "cached"  # as cached_input would give: one batch, repeated
     trained = 0
     for _ in range(steps):
@@ -135,6 +135,16 @@ def test_a_disturbed_round_is_run_again(monkeypatch, events):
     _, _, _, _, (event,) = run_ab(monkeypatch, events, real=0.010, compute=0.006, loads=[1.5, 0.0] * 40)
     assert len(event["compute_step_seconds"]) == input_ab.ROUNDS + input_ab.EXTRA_ROUNDS
     assert "load changed" in ab_verdict(event)["verdict"]
+
+
+def test_rounds_in_place_of_disturbed_ones_may_spend_the_verdicts_allowances(monkeypatch, events):
+    """Rounds of 0.18 s against an allowance of 0.4 s: the first three (two disturbed) spend more than the
+    allowance, and the two in place of the disturbed ones are what the verdict needs, so they run."""
+    loads = [1.2, 0.2, 0.2, 1.1, 1.0, 1.0] + [1.0] * 40  # rounds 1 and 2 disturbed
+    ab, _, _, _, (event,) = run_ab(monkeypatch, events, real=0.05, compute=0.03, loads=loads, allowance_seconds=0.4)
+    verdict = ab_verdict(event)
+    assert verdict["established"] and verdict["rounds"] == 3 and verdict["disturbed_rounds"] == 2
+    assert 0.4 < ab.cost <= input_ab.VERDICT_ALLOWANCES * 0.4
 
 
 @pytest.mark.parametrize("real, rounds", [

@@ -281,10 +281,12 @@ class InputAB:
 
     def _limit(self) -> float:
         """What the rounds may cost in all: :data:`VERDICT_ALLOWANCES` allowances until a verdict's
-        :data:`MIN_ROUNDS` are in, and while the rounds so far lean to a cost they do not establish
-        (:meth:`_in_doubt`), then the allowance."""
+        :data:`MIN_ROUNDS` undisturbed rounds are in (those run in place of disturbed ones too: beside another
+        process that came and went, 2 of 4 rounds of a serial map's 55% cost were, and the allowance refused
+        a fifth), and while the rounds so far lean to a cost they do not establish (:meth:`_in_doubt`), then
+        the allowance."""
         allowance = self.allowance_seconds or 0.0
-        verdict_due = len(self.compute) < MIN_ROUNDS or self._in_doubt()
+        verdict_due = len(self._clean()) < MIN_ROUNDS or self._in_doubt()
         return allowance * VERDICT_ALLOWANCES if verdict_due else allowance
 
     def _in_doubt(self) -> bool:
