@@ -31,9 +31,8 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.installed-demo
 	$(BIN)/tensorgauge demo
 
-# The suite runs in one process by default. TEST_WORKERS=2 runs it in two (pytest-xdist, a file to a
-# process: 8-9 minutes on 2 cores instead of 15), TEST_WORKERS=auto in as many as the busy cores leave
-# (scripts/test-workers); beside another test process a few timing tests still fail now and then.
+# The suite runs in as many processes as the busy cores leave, at most two (scripts/test-workers;
+# pytest-xdist, a file to a process: 13 minutes on 2 idle cores, 22 in one); TEST_WORKERS=N sets the number.
 # Lint and types first (seconds), then the suite. PostgreSQL tests run against a
 # throwaway server on 127.0.0.1 (skipped, with the reason, without one).
 test: $(VENV)/.installed-test
@@ -41,7 +40,7 @@ test: $(VENV)/.installed-test
 	$(BIN)/mypy
 	$(MAKE) docs
 	url=$$(scripts/postgres-for-tests start || true); \
-	workers=$${TEST_WORKERS:-1}; [ "$$workers" = auto ] && workers=$$($(BIN)/python scripts/test-workers); \
+	workers=$${TEST_WORKERS:-auto}; [ "$$workers" = auto ] && workers=$$($(BIN)/python scripts/test-workers); \
 	echo "pytest in $$workers process(es)"; \
 	TENSORGAUGE_TEST_POSTGRES=$$url $(BIN)/python -m pytest -q --durations=15 -n $$workers --dist loadfile; status=$$?; \
 	scripts/postgres-for-tests stop; exit $$status
