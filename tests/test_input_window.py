@@ -411,6 +411,11 @@ def test_an_input_cost_measured_beside_other_work_is_low():
     assert quiet.severity == "high" and "other processes" not in quiet.title
     # On a larger machine a core of other work leaves the job the cores it had.
     assert fit_input_bound(split_with(0.9), fit(), 16.0, None).severity == "high"
+    # A cost other work cannot explain: a serial map's 90%, even were the pipeline twice as fast without it.
+    event = {**ab_event([0.100] * 4, [0.010] * 4), "other_cores": [[1.0, 1.0]] * 4}
+    serial = fit_input_bound(input_split(events_with(("input_ab", event)), [fit()]), fit(), 2.0, None)
+    assert serial.severity == "high" and serial.evidence["other_cores_mean"] == 1.0
+    assert "other processes" not in serial.title
 
 
 def test_the_fix_leaves_out_what_the_pipeline_already_does():

@@ -65,9 +65,12 @@ DOCS = (
             "job's, its worker processes included) is left out, and the A/B runs up to "
             f"{AB_EXTRA_ROUNDS} more in place of such rounds; where any was, a verdict needs "
             f"{AB_MIN_ROUNDS} rounds of the others",
-            f"low, whatever the share, where other processes kept {input_rules.BUSY_MACHINE_CORES:g} cores or more, "
+            f"low where other processes kept {input_rules.BUSY_MACHINE_CORES:g} cores or more, "
             f"and {pct(input_rules.BUSY_MACHINE_SHARE)} of the job's CPUs or more, busy through the rounds: the "
-            "pipeline and the step shared what they left, so part of the cost is the machine's",
+            "pipeline and the step shared what they left, so part of the cost is the machine's; unless the "
+            "cost holds were the pipeline as many times faster as they could have slowed it (the job's CPUs "
+            "over those they left it: a real step that much shorter, at the lower end of the interval, still "
+            f"{pct(INPUT_MODERATE)} or more above the compute-only one)",
             f"at epoch starts: a wait of {epoch_starts.EPOCH_START_FACTOR:g}x the median step and at least "
             f"{epoch_starts.EPOCH_START_MIN_SECONDS:g} s past a step, in epochs after the first, at "
             f"{pct(INPUT_MODERATE)} of the training time or more, with {input_rules.EPOCH_START_BUSY:g} or more "
