@@ -30,16 +30,21 @@ def test_a_fit_waiting_on_a_serial_python_map_is_input_bound_by_the_ab(store_pat
     report = record(tg_cmd, store_path, str(JOBS / "input_cost.py"), "--slow", "--sleep-ms", "10", "--ab", str(ab))
     truth = json.loads(ab.read_text())
     split = report.input_split
+    # The rounds a verdict needs, and those run while they lean to a cost they do not establish, may spend the
+    # verdict's allowances (VERDICT_ALLOWANCES), never more (0.48 s of 0.40 once in CI: five rounds).
+    allowed = VERDICT_ALLOWANCES * report.input_split["allowance_seconds"]
+    assert report.input_split["cost_seconds"] <= allowed + 0.05
+    if split["disturbed_rounds"] and not split["established"]:
+        # Another process came or went in some rounds (another test's job, beside it): those left out, the
+        # others may be too few or too spread for a verdict. It is withheld, never denied.
+        assert split["verdict"].startswith("within noise"), split
+        return
     assert split["rounds"] >= 3 and split["established"], split
     finding = next(f for f in report.findings if f.id == "input_bound")
     # The job's own A/B (the same fit on one cached batch) loses about a third of its step to input.
     own = 1 - truth["compute_only_step_seconds"] / truth["step_seconds"]
     assert own > 0.1 and finding.evidence["input_share"] > 0.1  # (one process's own A/B varies: 19-47% seen)
     assert "num_parallel_calls" in finding.fix and "prefetch" in finding.fix  # neither is in its pipeline
-    # The rounds a verdict needs, and those run while they lean to a cost they do not establish, may spend the
-    # verdict's allowances (VERDICT_ALLOWANCES), never more (0.48 s of 0.40 once in CI: five rounds).
-    allowed = VERDICT_ALLOWANCES * report.input_split["allowance_seconds"]
-    assert report.input_split["cost_seconds"] <= allowed + 0.05
 
 
 def test_a_healthy_cached_prefetched_custom_loop_is_not_input_bound(store_path, tg_cmd):
