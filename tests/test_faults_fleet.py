@@ -90,7 +90,7 @@ def _check_fleet(url: str, workers: list[subprocess.Popen], folder: Path) -> Non
         assert sorted(r.name or "" for r in runs) == sorted(f"w{i}" for i in range(WORKERS))
         counts = store.peaks()
         for r in runs:
-            assert r.complete and r.samples_taken
+            assert r.complete and r.samples_taken, (r.name, outcomes[int((r.name or "w-1")[1:])][1])
             assert counts.get(r.run_id, (None, 0))[1] >= 0.9 * r.samples_taken, (r.name, counts.get(r.run_id))
 
 
@@ -124,6 +124,36 @@ def test_the_server_set_up_gets_a_slot_while_clients_hold_all_theirs(server):
     finally:
         for conn in held:
             conn.close()
+
+
+def _authenticating(port: int) -> socket.socket:
+    """A client that sent its start-up message and stops at the password exchange: it holds a slot."""
+    import struct
+
+    body = struct.pack("!i", 196608) + b"user\0tensorgauge\0database\0tensorgauge_test\0\0"
+    conn = socket.create_connection(("127.0.0.1", port), timeout=10)
+    conn.sendall(struct.pack("!i", len(body) + 4) + body)
+    assert conn.recv(1) == b"R"  # the server asks for the password: the slot is taken
+    return conn
+
+
+def test_the_server_set_up_waits_out_clients_that_hold_every_slot_while_they_authenticate(server):
+    """Clients in the middle of authenticating hold slots of any kind (the superuser's too): the set-up is
+    refused "too many clients" until they are through, and tries again rather than failing."""
+    port = int(server.env["TENSORGAUGE_PG_PORT"])
+    held = [_authenticating(port) for _ in range(10)]
+    try:
+        setup = subprocess.Popen([str(ROOT / "scripts/postgres-for-tests"), "start"],
+                                 env={**server.env, "TENSORGAUGE_PG_KEEP": "1"}, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        time.sleep(2.0)
+        assert setup.poll() is None, setup.communicate()  # still trying
+    finally:
+        for conn in held:
+            conn.close()
+    out, err = setup.communicate(timeout=60)
+    assert setup.returncode == 0, err
+    assert out.strip() == server.url
 
 
 def test_a_wrong_password_fails_before_the_job_in_one_masked_line(server, tmp_path):

@@ -85,3 +85,58 @@ def test_a_store_that_refuses_costs_the_stall_window_not_the_whole_wait(tmp_path
         store.close()
     assert waited < 60.0  # gave up on the stall, long before the 120 s bound
     assert store.shipper is not None and store.shipper.spool.path.exists()  # kept for the next run to ship
+
+
+class _DownAtFirstShipper(Shipper):
+    """A store that refuses until ``up_at`` (monotonic), then takes everything."""
+
+    up_at = 0.0
+
+    def _commit(self, store, batches, record):
+        if time.monotonic() < self.up_at:
+            raise StoreUnreachable("connection refused")
+        return batches[-1][0] if batches else None
+
+
+def test_a_store_back_up_during_the_drain_is_tried_again_within_the_stall_window(tmp_path):
+    """Refused while the job ran, the shipper waits longer each time (here 4 s after its third refusal);
+    the run's end retries every second, so a store up 0.3 s into a 1.5 s stall window takes the run."""
+    began = time.monotonic()
+    down = type("DownAtFirst", (_DownAtFirstShipper,), {"up_at": began + 1.4})
+    store = _store(tmp_path, down, 3)
+    try:
+        time.sleep(max(0.0, began + 1.1 - time.monotonic()))  # two refusals: the next try would be ~2 s away
+        assert store.drain(timeout_seconds=120.0, stall_seconds=1.5) is True
+    finally:
+        store.close()
+    assert not list((tmp_path / "spool").glob("*.db"))
+
+
+class _RefusedOnceShipper(Shipper):
+    """A store whose first transaction is refused after a while (slots reserved); later ones commit."""
+
+    committed: list[dict | None] = []
+    tries = 0
+
+    def _commit(self, store, batches, record):
+        type(self).tries += 1
+        if type(self).tries == 1:
+            time.sleep(0.3)
+            raise StoreUnreachable("FATAL: remaining connection slots are reserved")
+        self.committed.append(record)
+        return batches[-1][0] if batches else None
+
+
+def test_the_drain_waits_for_the_transaction_under_way_to_commit(tmp_path):
+    """While the last record is on its way, nothing waits in the spool: the run's end is not done until the
+    store took it (a refusal puts it back)."""
+    from tensorgauge.model import RunRecord
+
+    shipper = type("RefusedOnce", (_RefusedOnceShipper,), {"committed": [], "tries": 0})
+    store = _store(tmp_path, shipper, 0)
+    store.save_run(RunRecord(run_id="run-1", command=["x"], started_at="2026-01-01T00:00:00+00:00", complete=True))
+    try:
+        assert store.drain(timeout_seconds=120.0, stall_seconds=5.0) is True
+        assert [r["complete"] for r in shipper.committed if r] == [True]
+    finally:
+        store.close()

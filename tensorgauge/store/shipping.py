@@ -3,6 +3,7 @@
 :data:`SHIP_SECONDS` (``$TENSORGAUGE_SHIP_SECONDS``), on a connection made for that transaction and let
 go after it. A store that refuses (too many clients, starting up, down) is tried again later, waiting
 longer each time (with jitter, so a fleet does not come back all at once); nothing is lost meanwhile.
+At the run's end it is tried every :data:`DRAIN_RETRY_SECONDS`, so a store back up is not missed.
 
 Exactly once, in order: one transaction ships the oldest batches, the run's latest record, and the last
 batch number shipped (table ``tensorgauge_shipped``); the spool drops them only after it committed, and
@@ -38,6 +39,7 @@ SHIP_SECONDS = 5.0  # a fleet of N workers makes N / SHIP_SECONDS connections a 
 SHIP_ENV = "TENSORGAUGE_SHIP_SECONDS"
 SHIP_BATCHES = 200  # batches (0.5 s each) one transaction ships at most
 RETRY_MAX_SECONDS = 10.0
+DRAIN_RETRY_SECONDS = 1.0  # at a run's end, waiting on the store is all that is left: it is tried this often
 CLOSE_WAIT_SECONDS = 5.0  # at close, the longest wait for the shipper's transaction under way
 DRAIN_STALL_SECONDS = 15.0  # at a run's end: its spool is shipped while the store takes a transaction this often
 
@@ -151,6 +153,7 @@ class SpooledStore(Store):
         self._lock = threading.Lock()  # one transaction on the backend at a time
         self._wake = threading.Event()
         self._stop = False
+        self._draining = False  # the run has ended: refusals are retried every DRAIN_RETRY_SECONDS
         self._thread: threading.Thread | None = None
 
     @property
@@ -202,11 +205,22 @@ class SpooledStore(Store):
         if shipper is None:
             return True
         began = time.monotonic()
-        self._wake.set()  # at once; then at the shipper's own pace (it waits longer while the store refuses)
+        self._draining = True
+        self._wake.set()  # at once; then every DRAIN_RETRY_SECONDS at most while the store refuses
         while (time.monotonic() < began + timeout_seconds and shipper.stalled_seconds(began) < stall_seconds
-               and not shipper.empty()):
+               and not self._shipped_all()):
             time.sleep(0.05)
-        return shipper.empty()
+        return self._shipped_all()
+
+    def _shipped_all(self) -> bool:
+        """Nothing left to ship, and no transaction under way (it holds the lock; the store may refuse it,
+        and what it took from the spool is then waiting again)."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            return self.shipper is None or self.shipper.empty()
+        finally:
+            self._lock.release()
 
     def close(self) -> None:
         self._stop = True
@@ -244,7 +258,7 @@ class SpooledStore(Store):
                         pass
             except StoreError as exc:
                 self.ship_error = str(exc)
-                pause = min(RETRY_MAX_SECONDS, max(pause, 0.5) * 2)
+                pause = min(DRAIN_RETRY_SECONDS if self._draining else RETRY_MAX_SECONDS, max(pause, 0.5) * 2)
 
     def _ship_leftovers(self) -> None:
         """Ship the spools other runs left for this store on this machine (not held by a live monitor)."""
@@ -252,12 +266,12 @@ class SpooledStore(Store):
 
         own = self.shipper.spool.path if self.shipper else None
         for run_id, path, _ in waiting_spools(self.data_dir, self.location):
-            if path == own or self._stop or not _lock_file(path):
-                continue
+            if path == own or self._stop or self._draining or not _lock_file(path):
+                continue  # at the run's end, its own spool first: the rest waits for the next run
             spool = Spool(path)
             shipper = Shipper(spool, run_id)
             with self._lock:
-                while shipper.ship(self) and not self._stop:
+                while shipper.ship(self) and not (self._stop or self._draining):
                     pass
                 spool.close(remove=shipper.empty())
 
