@@ -209,8 +209,8 @@ def _record(command: list[str], options: RecordOptions, budget, outputs: _Output
         checkpoint_dir = _checkpoint_dir(options, budget, store, command)
         if options.diagnose == "always" and os.environ.get("TF_CONFIG") and not options.quiet:
             err().print("[yellow]tensorgauge: note: --diagnose profiles 10 training steps; under "
-                      "MultiWorkerMirroredStrategy, TensorFlow 2.21 crashed a worker in that window in about 1 run "
-                      "in 12 here (a TensorFlow bug). Run without --diagnose where a crash costs you.[/yellow]")
+                      "MultiWorkerMirroredStrategy, TensorFlow 2.21 crashed a worker as that window ended in about 1 run "
+                      "in 3 here (a TensorFlow bug). Run without --diagnose where a crash costs you.[/yellow]")
 
         def started(run_record) -> None:
             if not options.quiet:
