@@ -31,9 +31,9 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.installed-demo
 	$(BIN)/tensorgauge demo
 
-# The suite runs in one process by default (22 minutes on 2 cores). TEST_WORKERS=2 runs it in two
-# (pytest-xdist, a file to a process: 12-13 minutes), TEST_WORKERS=auto in as many as the busy cores leave
-# (scripts/test-workers); beside the other process 1-3 timing tests still fail a run (the stage timing's).
+# The suite runs in as many processes as the machine's idle cores allow, two at most (scripts/test-workers;
+# TEST_WORKERS=N to choose), a file to a process (pytest-xdist). The tests marked `alone` time parts of one
+# job against each other: they run last, in one process, with nothing beside them.
 # Lint and types first (seconds), then the suite. PostgreSQL tests run against a
 # throwaway server on 127.0.0.1 (skipped, with the reason, without one).
 test: $(VENV)/.installed-test
@@ -41,9 +41,16 @@ test: $(VENV)/.installed-test
 	$(BIN)/mypy
 	$(MAKE) docs
 	url=$$(scripts/postgres-for-tests start || true); \
-	workers=$${TEST_WORKERS:-1}; [ "$$workers" = auto ] && workers=$$($(BIN)/python scripts/test-workers); \
+	workers=$${TEST_WORKERS:-auto}; [ "$$workers" = auto ] && workers=$$($(BIN)/python scripts/test-workers); \
 	echo "pytest in $$workers process(es)"; \
-	TENSORGAUGE_TEST_POSTGRES=$$url $(BIN)/python -m pytest -q --durations=15 -n $$workers --dist loadfile; status=$$?; \
+	export TENSORGAUGE_TEST_POSTGRES=$$url; \
+	if [ "$$workers" -gt 1 ]; then \
+	  $(BIN)/python -m pytest -q --durations=15 -n $$workers --dist loadfile -m "not alone"; status=$$?; \
+	  echo "pytest: the tests marked alone, in one process"; \
+	  $(BIN)/python -m pytest -q --durations=5 -n 1 -m alone || status=1; \
+	else \
+	  $(BIN)/python -m pytest -q --durations=15 -n 1; status=$$?; \
+	fi; \
 	scripts/postgres-for-tests stop; exit $$status
 
 lint: $(VENV)/.installed-test

@@ -11,7 +11,7 @@ from conftest import needs_tf
 from tensorgauge.analyse.run_report import RunReport
 from tensorgauge.store import Store
 
-pytestmark = [needs_tf, pytest.mark.tf]
+pytestmark = [needs_tf, pytest.mark.tf, pytest.mark.alone]  # shares of a pipeline's wall time
 JOB = Path(__file__).parent / "jobs" / "staged_input.py"
 
 
