@@ -38,8 +38,9 @@ def test_retracing_predict_in_a_loop_and_models_not_cleared(store_path, tg_cmd, 
     assert predict.evidence["small_predict_calls"] == 40
     own = truth["predict_seconds"] / truth["direct_seconds"]
     # Two timings of sub-millisecond calls minutes apart on a shared VM: the order of magnitude is the
-    # claim (24x against 49x was seen under a full suite), so a factor of 3.
-    assert own > 3 and own / 3 < predict.evidence["measured_speedup"] < own * 3
+    # claim (24x against 49x was seen under a full suite, 17x against 52x beside another test process), so
+    # a factor of 5.
+    assert own > 3 and own / 5 < predict.evidence["measured_speedup"] < own * 5
     # One model fit 12 times and 10 more in a sweep: 11 the job built (not Sequential's inner ones).
     assert found["models_not_cleared"].evidence["models_since_clear"] == truth["models"]
     assert "memory_leak" not in found

@@ -176,12 +176,13 @@ def _with_callback(fn, kind: str, callback_class, keras_callbacks):
 def _patch_aliases(prefix: str, replaced: dict[int, object], only: tuple[str, ...]) -> None:
     """Point the public aliases of the originals (``tf.saved_model.save``,
     ``keras.models.load_model``) at their wrappers. Only modules named like
-    ``only`` are scanned: looking through all of TensorFlow's ~1600 takes 50+ ms."""
-    for mod_name, module in list(sys.modules.items()):
+    ``only`` are scanned: looking through all of TensorFlow's ~1600 takes 50+ ms. The modules are a copy
+    (``dict.copy`` runs no Python code): another thread's import changed them while a list was built."""
+    for mod_name, module in sys.modules.copy().items():
         if module is None or not mod_name.startswith(prefix) or not any(o in mod_name for o in only):
             continue
         namespace = getattr(module, "__dict__", {})
-        for attr, value in list(namespace.items()):
+        for attr, value in namespace.copy().items():
             wrapper = replaced.get(id(value))
             if wrapper is not None:
                 try:

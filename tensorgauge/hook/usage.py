@@ -156,7 +156,7 @@ def patch(keras) -> None:
         if clear is not None and not wrapped_by(clear, FEATURE):
             replaced[id(clear)] = replaced.get(id(clear)) or _counted_clear(clear)
     prefix = keras.__name__
-    for name, module in list(sys.modules.items()):  # every alias of the same function
+    for name, module in sys.modules.copy().items():  # every alias of the same function (a copy: see _patch_aliases)
         if module is None or not name.startswith(prefix):
             continue
         clear = getattr(module, "clear_session", None)
