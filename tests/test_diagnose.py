@@ -284,6 +284,20 @@ def _weather_like_fit():
     return fit_phase, epochs, validations, digests, cpu_at
 
 
+def test_a_longer_pause_after_the_last_step_among_epoch_start_stalls_leaves_the_fix_to_the_epoch_starts():
+    """Epochs 2-4 wait 1.5 s for their first step; fit returns 2.5 s after its last (tf.data's teardown, at
+    random): one outlier, the longest, does not turn the advice from the pattern that repeats."""
+    fit_phase = Phase(name="fit", kind="fit", start=0.0, end=40.5, step_seconds_p50=0.01, steps=3000)
+    epochs = [Phase(name=f"epoch {i + 1}", kind="epoch", start=10.0 * i, end=10.0 * (i + 1) + (0.5 if i == 3 else 0),
+                    parent=0) for i in range(4)]
+    digests = [digest([2.0] + [0.01] * 800, start=0.0, phase=1), digest([1.5] + [0.01] * 850, start=10.0, phase=2),
+               digest([1.5] + [0.01] * 850, start=20.0, phase=3), digest([1.5] + [0.01] * 650, start=30.0, phase=4)]
+    finding = stalls(fit_phase, epochs, digests)
+    assert finding.evidence["at_epoch_start"] == 3 and finding.evidence["stalls"][0].get("after_last_step")
+    assert "epochs start" in finding.fix and "on_train_end" not in finding.fix
+    assert "after its last step, before fit returned" in finding.title  # the title still names the longest
+
+
 def test_idle_pauses_of_a_tf_data_pipeline_with_autotuning_get_the_autotune_fix():
     fit_phase, epochs, validations, digests, cpu = _weather_like_fit()
     pipeline = {"dataset": True, "dataset_autotune": True, "dataset_python_ops": []}

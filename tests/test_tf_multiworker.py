@@ -68,4 +68,9 @@ def test_slow_worker_is_named_the_straggler_with_its_cause(postgres_url, tg_cmd,
     (finding,) = doc["findings"]
     assert finding["id"] == "straggler" and finding["evidence"]["straggler"] == "worker:1"
     assert "input: its tf.data pipeline works" in finding["title"]
-    assert finding["evidence"]["others_wait_seconds_per_step"]["worker:0"] > 0.005
+    # Worker 0 waits 13-16 ms a step for it here alone, 4.3 ms was seen beside another test process: the
+    # finding's floor is the bound; the cause's evidence is the 50 ms sleep a batch (30-35 ms of tf.data work a
+    # step against 0.1-0.3 ms).
+    assert finding["evidence"]["others_wait_seconds_per_step"]["worker:0"] >= 0.002
+    work = finding["evidence"]["input_work_seconds_per_step"]
+    assert work["worker:1"] > 10 * work["worker:0"]

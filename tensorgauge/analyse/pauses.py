@@ -174,7 +174,7 @@ def stalls(fit: Phase | None, epochs: list[Phase], digests: list[StepDigest],
                "False; train = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x)).batch(batch_size)"
                ".prefetch(tf.data.AUTOTUNE).with_options(options), and the validation data's likewise (without the "
                "shuffle). " + ARRAYS_AUTOTUNE_MEASURED + " " + AUTOTUNE_CAUTION)
-    elif longest.get("after_last_step"):
+    elif longest.get("after_last_step") and at_start * 2 < len(listed):  # not one outlier among epoch starts
         fix = ("The longest pause comes after the last training step, before fit returns: work at the end of "
                "training (callbacks' on_train_end: saving, a final evaluation, uploads) or the input pipeline "
                "shutting down (its threads, a generator's workers). Time your callbacks' on_train_end; the "
@@ -257,7 +257,7 @@ def _startup_dominated(f: RunFacts) -> Finding | None:
     return startup_dominated(f.phases, f.record.wall_seconds or 0.0, f.step_digests)
 
 
-@rule("stalls", category="performance", explains_idle=True, version=3)
+@rule("stalls", category="performance", explains_idle=True, version=4)
 def _stalls(f: RunFacts) -> Finding | None:
     if f.fit is None:
         return None

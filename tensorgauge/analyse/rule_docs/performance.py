@@ -363,7 +363,8 @@ DOCS = (
             "whose cores sat idle (`options = tf.data.Options(); options.autotune.enabled = False; "
             "dataset = dataset.with_options(options)`); a pipeline made once by hand for a fit on arrays; "
             "prefetch, a smaller shuffle buffer and a cache for pauses at epoch starts; your callbacks' schedule "
-            "for pauses mid-epoch or after the last step. Autotuning off is advice to try and time: it removed "
+            "for pauses mid-epoch or after the last step (where the longest comes then and epoch starts are not "
+            "most of the pauses). Autotuning off is advice to try and time: it removed "
             "the pauses of one keras-io program and slowed another's fit.",
         check="Run again: the finding lists each pause (time, length, epoch, cores busy) in "
               "`tensorgauge show last --json`; the report's timeline shows what the machine did then. Compare "
