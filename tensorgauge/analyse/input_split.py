@@ -80,7 +80,9 @@ def input_split(events: list[Event], phases: list[Phase], diagnosis: str | None 
         paid = epoch_start_input(fit, epochs, digests, nested, own)
         if paid and paid["epochs"]:
             split["epoch_start_input"] = paid
-        split.update(stage_rows(events, split.get("compute_only_step_seconds")))
+        epoch_steps = sorted(p.steps for p in epochs if p.steps)
+        split.update(stage_rows(events, split.get("compute_only_step_seconds"),
+                                epoch_steps[len(epoch_steps) // 2] if epoch_steps else None, fit.steps))
     elif split is not None:  # a custom loop: its dataset's stages, timed as the job exited
         split.update(stage_rows(events))
     return split

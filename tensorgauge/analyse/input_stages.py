@@ -1,8 +1,10 @@
 """Which stage of a fit's tf.data pipeline its input cost is spent in, and the fix fitted to that stage.
 
 Pure: from the ``input_stages`` event (:mod:`tensorgauge.hook.stage_costs`). Each stage's own cost
-per batch is its prefix's less the prefix before it (never below zero); its share is that of the
-stages' sum, and the cores it kept busy its prefix's CPU less the one before, over its own cost.
+per batch is its prefix's less the prefix before it (never below zero), plus its own part of starting
+a new iterator spread over the batches one iterator yields (:mod:`tensorgauge.stage_shares`); its share
+is that of the stages' sum, and the cores it kept busy its prefix's CPU less the one before, over its
+own cost.
 In the JSON as ``input_split.stages`` (or ``input_split.stages_why`` where none was timed).
 """
 
@@ -12,7 +14,7 @@ import math
 
 from tensorgauge.hook.protocol import InputStages, StageTiming, one_line
 from tensorgauge.model import Event, payloads
-from tensorgauge.stage_shares import costliest, own_costs
+from tensorgauge.stage_shares import batches_per_start, costliest, own_costs, starts_every_epoch
 from tensorgauge.units import format_bytes
 
 __all__ = ["STAGE_KEYS", "costliest", "own_costs", "stage_fix", "stage_rows", "stage_table_rows"]
@@ -21,9 +23,11 @@ STAGE_KEYS = ("stage", "function", "location", "seconds_per_batch", "share", "co
 # A Python stage's hottest lines, where they were sampled (hook.hot_lines): carried into its row as they are.
 
 
-def stage_rows(events: list[Event], compute_only_step_seconds: float | None = None) -> dict:
+def stage_rows(events: list[Event], compute_only_step_seconds: float | None = None,
+               steps_per_epoch: int | None = None, fit_steps: int | None = None) -> dict:
     """``{"stages": [...], "stages_cost_seconds", ...}`` from the last ``input_stages`` event, or
-    ``{"stages_why": str}`` where it timed none; ``{}`` without one."""
+    ``{"stages_why": str}`` where it timed none; ``{}`` without one. ``steps_per_epoch``, ``fit_steps``: the
+    fit's, for a pipeline whose length is unknown or infinite (see :func:`batches_per_start`)."""
     found = payloads(events, InputStages)
     if not found:
         return {}
@@ -31,13 +35,16 @@ def stage_rows(events: list[Event], compute_only_step_seconds: float | None = No
     if data.get("skipped") or data.get("error"):
         why = data.get("skipped") or f"timing the stages failed: {one_line(str(data.get('error')))}"
         return {"stages_why": why}
-    rows = own_costs(data.get("stages") or [])
+    stages = data.get("stages") or []
+    per_start = batches_per_start(stages, steps_per_epoch, fit_steps)
+    rows = own_costs(stages, per_start)
     if not any(r["seconds_per_batch"] is not None for r in rows):
         return {"stages_why": data.get("untimed") or "no stage of the pipeline yielded a batch"}
     for row, stage in zip(rows, data.get("stages") or []):
-        row["fix"] = stage_fix(stage, row, compute_only_step_seconds) if row["seconds_per_batch"] else None
+        row["fix"] = (stage_fix(stage, row, compute_only_step_seconds, per_start if starts_every_epoch(stages) else None)
+                      if row["seconds_per_batch"] else None)
     out: dict = {"stages": rows, "stages_cost_seconds": data.get("cost_seconds"),
-                 "stages_allowance_seconds": data.get("allowance_seconds")}
+                 "stages_allowance_seconds": data.get("allowance_seconds"), "stages_batches_per_start": per_start}
     if data.get("untimed"):
         out["stages_untimed"] = data["untimed"]
     if data.get("measured_by"):
@@ -50,10 +57,21 @@ def _named(stage: StageTiming) -> str:
     return f"{function} ({location})" if function and location else function or "its function"
 
 
-def stage_fix(stage: StageTiming, row: dict, compute_only_step_seconds: float | None) -> str:
+def stage_fix(stage: StageTiming, row: dict, compute_only_step_seconds: float | None,
+              per_start: int | None = None) -> str:
     """The change fitted to this stage: what it is (Python, a reader, a serial map, a deterministic stage
-    before the shuffle) says what would make it cheaper."""
+    before the shuffle) says what would make it cheaper. A stage whose cost comes mostly as an iterator
+    starts, every epoch (``per_start``: the batches of one, None where it starts once a fit), is paid once
+    an epoch: one iterator kept across epochs pays it once."""
     name = str(stage.get("stage") or "")
+    start = float(row.get("start_seconds") or 0.0)
+    if per_start and row.get("seconds_per_batch") and start / per_start > row["seconds_per_batch"] / 2:
+        lead = (f"most of its cost, {start * 1000:.0f} ms an epoch, comes as each epoch starts a new iterator (its "
+                f"function made ready, its buffers filled), spread here over the epoch's {per_start} batches")
+        cache = _cache_text(stage)
+        return (f"{lead}: {cache} (a cache skips its start too)" if cache else
+                f"{lead}: keep one iterator across epochs (dataset.repeat() and fit(steps_per_epoch=N)), or fewer, "
+                "longer epochs")
     if "workers" in stage:
         return loader_fix(stage)
     if name == "from_generator":

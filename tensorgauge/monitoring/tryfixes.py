@@ -40,7 +40,7 @@ from tensorgauge.hook.protocol import (
 )
 from tensorgauge.model import payloads
 from tensorgauge.monitoring.runner import run
-from tensorgauge.stage_shares import costliest, own_costs
+from tensorgauge.stage_shares import batches_per_start, costliest, own_costs
 from tensorgauge.store import Store
 from tensorgauge.units import format_bytes
 
@@ -175,7 +175,7 @@ def stage_trial(stages: list[StageTiming], cache_block: str | None) -> tuple[str
     """(fix, the ``Dataset.map`` call it applies to, what it is) for the pipeline's costliest stage, or
     (None, None, why it is not timed). ``cache_block``: why a cache cannot be timed in this job (see
     :func:`cache_blocker`), None where it can."""
-    rows = own_costs(stages)
+    rows = own_costs(stages, batches_per_start(stages))
     top = costliest(rows)
     if top is None:
         return None, None, "no stage of the pipeline was timed"

@@ -273,6 +273,7 @@ def render_finding(console: Console, finding: Finding) -> None:
         console.print(f"    expected gain: {safe(finding.expected_gain)}")
 
 
+START_SHOWN_SECONDS = 0.001  # a stage's start-up shown in its own column from this long
 SHOWN_FIX_SHARE = 0.2  # a stage's fix is shown where it holds at least this share of the input's cost
 
 
@@ -285,19 +286,24 @@ def render_stages(console: Console, split: dict | None) -> None:
         if why:
             console.print(f"    stages: not timed: {safe(why)}")
         return
+    per_start = int((split or {}).get("stages_batches_per_start") or 0)
+    starts = per_start > 0 and any((r.get("start_seconds") or 0) >= START_SHOWN_SECONDS for r in rows)
     table = Table(box=None, padding=(0, 1), pad_edge=False)
-    for name, justify in (("stage", "left"), ("own/batch", "right"), ("share", "right"), ("cores", "right"),
-                          ("function", "left"), ("fix", "left")):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for name, justify in (("stage", "left"), ("own/batch", "right"), *((("of it at start", "right"),) if starts else ()),
+                          ("share", "right"), ("cores", "right"), ("function", "left"), ("fix", "left")):
+        table.add_column(name, justify=justify)
     for row in rows:
         own, share = row.get("seconds_per_batch"), row.get("share")
         function = " ".join(x for x in (row.get("function"), row.get("location") and f"({row['location']})") if x)
-        table.add_row(safe(str(row.get("stage"))), format_seconds(own) if own is not None else "not timed",
+        start = [format_seconds((row.get("start_seconds") or 0.0) / per_start) if own is not None else "-"] if starts else []
+        table.add_row(safe(str(row.get("stage"))), format_seconds(own) if own is not None else "not timed", *start,
                       f"{share:.0%}" if share is not None else "-",
                       f"{row['cores']:.1f}" if row.get("cores") is not None else "-",
                       safe(function), safe(row.get("fix") or "") if (share or 0) >= SHOWN_FIX_SHARE else "")
     how = (split or {}).get("stages_measured_by")
-    console.print(f"    stages (source first), each timed on its own{f' over {safe(how)}' if how else ''}:")
+    console.print(f"    stages (source first), each timed on its own{f' over {safe(how)}' if how else ''}"
+                  + (f"; own/batch counts each iterator's start spread over its {per_start} batches" if starts else "")
+                  + ":")
     console.print(Padding(table, (0, 0, 0, 4)))
     if (split or {}).get("stages_untimed"):
         console.print(f"    [dim]not timed: {safe(split['stages_untimed'])}[/dim]")  # type: ignore[index]

@@ -45,7 +45,10 @@ DOCS = (
                  "`--diagnose`), as the fit ends (a custom loop's, as the job exits) each prefix of its tf.data "
                  "pipeline (up to each map, filter, interleave, batch, generator) is pulled on its own from a new "
                  "iterator for a short window (its cost the median of three runs of pulls) within "
-                 "the same allowance: a stage's own cost per batch is its prefix's less the one before, with its "
+                 "the same allowance: a stage's own cost per batch is its prefix's less the one before, plus its "
+                 "own part of the prefix's first pull (a new iterator starting: its function made ready, its "
+                 "buffers filled; a shuffle buffer's fill goes to the stages before the shuffle), which fit pays "
+                 "each epoch, spread over the epoch's batches; with its "
                  "share of the input's cost and the cores it kept busy; the function it runs (a map's, a "
                  "`py_function`'s, a generator's) is named with its file:line. A fit fed by a Keras `PyDataset` "
                  "has its `__getitem__` named and timed the same way.",
