@@ -45,24 +45,25 @@ def test_scenario_cause_is_found(store_path, capsys, scenario, cause):
     assert cause in capsys.readouterr().out
 
 
-def test_healthy_job_gets_no_warning(store_path):
+def test_healthy_job_gets_no_warning_in_five_runs(store_path):
     """The healthy demo is the borderline case of the input verdict: on a 2-core VM its A/B pools 0-14%
-    of the step around the 5% threshold (an independent A/B, bare: 0-3.5%). It gets no warning, and a run
-    whose A/B pools at the threshold or above says "within noise". (Advice may differ: `startup_dominated`,
-    low, states the run's own start-up share, measured, not estimated, and a run on a slow moment of the VM
-    crosses its 50%.) That it does so run after run is measured by benchmarks/verdict_table.py (its five
-    runs in docs/measurements.md), not here."""
-    assert main(["demo", "--scenario", "healthy"]) == 0
-    report, _ = findings_of(store_path, "healthy")
-    split = report.input_split or {}
-    rounds = [(e.data.get("real_step_seconds"), e.data.get("compute_step_seconds")) for e in report.events
-              if e.kind == "input_ab"]
-    assert [(f.id, f.title) for f in report.findings
-            if f.severity in ("high", "moderate") and f.id not in MACHINE_FINDINGS] == [], rounds
-    assert not any(e.data.get("error") for e in report.events if e.kind == "input_probe")
-    assert split.get("rounds") and not split["established"], (split, rounds)
-    if split["input_share"] >= 0.05:
-        assert split["verdict"].startswith("within noise"), split
+    of the step around the 5% threshold (an independent A/B, bare: 0-3.5%). Run five times, it gets no
+    warning, and a run whose A/B pools at the threshold or above says "within noise". (Advice may differ:
+    `startup_dominated`, low, states the run's own start-up share, measured, not estimated, and a run on a
+    slow moment of the VM crosses its 50%.) The same five runs, with their shares, are a row of
+    benchmarks/verdict_table.py's table in docs/measurements.md."""
+    for run in range(5):
+        assert main(["demo", "--scenario", "healthy"]) == 0
+        report, _ = findings_of(store_path, "healthy")
+        split = report.input_split or {}
+        rounds = [(e.data.get("real_step_seconds"), e.data.get("compute_step_seconds")) for e in report.events
+                  if e.kind == "input_ab"]
+        assert [(f.id, f.title) for f in report.findings
+                if f.severity in ("high", "moderate") and f.id not in MACHINE_FINDINGS] == [], (run, rounds)
+        assert not any(e.data.get("error") for e in report.events if e.kind == "input_probe")
+        assert split.get("rounds") and not split["established"], (run, split, rounds)
+        if split["input_share"] >= 0.05:
+            assert split["verdict"].startswith("within noise"), (run, split)
 
 
 def test_input_bound_evidence_matches_an_independent_ab_measurement(store_path):
