@@ -53,11 +53,10 @@ def _start_costs(stages: list[StageTiming], steady: list[float | None]) -> list[
         added = max(0.0, start - before)
         before = max(before, start)
         filled = i > 0 and stages[i - 1].get("before_shuffle") and not stage.get("before_shuffle")
-        earlier = [(j, steady[j] or 0.0) for j in range(i)]
-        weight = sum(w for _, w in earlier)
-        if filled and weight > 0:
-            for j, w in earlier:
-                own[j] += added * w / weight
+        weights = [w or 0.0 for w in steady[:i]]
+        if filled and sum(weights) > 0:
+            for j, w in enumerate(weights):
+                own[j] += added * w / sum(weights)
         else:
             own[i] += added
     return own

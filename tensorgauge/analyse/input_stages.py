@@ -40,9 +40,9 @@ def stage_rows(events: list[Event], compute_only_step_seconds: float | None = No
     rows = own_costs(stages, per_start)
     if not any(r["seconds_per_batch"] is not None for r in rows):
         return {"stages_why": data.get("untimed") or "no stage of the pipeline yielded a batch"}
-    for row, stage in zip(rows, data.get("stages") or []):
-        row["fix"] = (stage_fix(stage, row, compute_only_step_seconds, per_start if starts_every_epoch(stages) else None)
-                      if row["seconds_per_batch"] else None)
+    per_epoch = per_start if starts_every_epoch(stages) else None  # a start paid once a fit needs no epoch advice
+    for row, stage in zip(rows, stages):
+        row["fix"] = stage_fix(stage, row, compute_only_step_seconds, per_epoch) if row["seconds_per_batch"] else None
     out: dict = {"stages": rows, "stages_cost_seconds": data.get("cost_seconds"),
                  "stages_allowance_seconds": data.get("allowance_seconds"), "stages_batches_per_start": per_start}
     if data.get("untimed"):
