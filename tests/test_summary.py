@@ -123,6 +123,8 @@ def epoch_events(count, seconds=1.0):
     (lambda t: 500 + 400 * (t - 1), 3, True, False),  # two later epochs of steady rise
     (lambda t: 500 + 400 * (t - 1), 2, False, False),  # one: a buffer refilled each epoch rises as steadily
     (lambda t: 500 + 400 * (t - 1), 2, True, True),  # stopped by the budget at the end of the second epoch
+    # stopped so, its steps 13x slower after the first fifth of the second epoch (a linear correlation of 0.82)
+    (lambda t: 500 + 2000 * min(max(t - 2, 0), 0.2) + 150 * max(t - 2.2, 0), 2, True, True),
     (lambda t: 500 + 400 * (t - 1), 1, False, True),  # the first epoch alone is warm-up
     (lambda t: 500 + 400 * min(t - 1, 1), 4, False, False),  # rose in the first epoch, flat after
     (lambda t: 500 + (400 if t > 2.5 else 0), 4, False, False),  # one jump (a cache filled), not a leak

@@ -40,11 +40,12 @@ DOCS = (
         meaning="Something keeps a reference to every batch or result: a list that collects tensors in a "
                 "callback, a history kept in full, a growing cache. Left alone, a long run ends out of memory.",
         measured="The slope (least squares) of the RSS samples from the end of the first epoch (which warms "
-                 "allocators up) to the end of the last, and how straight the rise is (its correlation with "
-                 "time).",
+                 "allocators up) to the end of the last, and how steady the rise is: its rank (Spearman) "
+                 "correlation with time, 1 for any rise that never falls back, whatever the pace of the steps, "
+                 "and under 0.9 for one jump between flat stretches.",
         thresholds=(
             f"moderate: RSS rises by at least {mib(m.GROWTH_MIN_BYTES_PER_EPOCH)} and "
-            f"{pct(m.GROWTH_SHARE_PER_EPOCH)} of the first epoch's RSS per epoch, with a correlation of "
+            f"{pct(m.GROWTH_SHARE_PER_EPOCH)} of the first epoch's RSS per epoch, with a rank correlation of "
             f"{m.GROWTH_MIN_CORRELATION:g} or more, over two later epochs or more (one when the run was cut short)",
         ),
         fix="Look for lists that collect tensors, arrays or histories inside callbacks or the training loop, and "
