@@ -9,6 +9,12 @@ spooled store and its shipper thread) fed 10 samples a second, a ``steps`` event
 ``--procs`` processes. Reports samples taken and stored (lost = taken - stored), the shipping
 transactions' latency, connections made, the server's CPU seconds (its processes, from /proc), the
 store's growth per worker-hour, and the wall time of ``compare --job`` and ``runs --job`` over the fleet.
+
+``--dilated``: every one of a worker's half-second ticks is made, on time where the machine keeps up and as
+soon as it can where it falls behind, with the samples' and events' times on a simulated clock; so every
+sample a 10 Hz sampler would take is taken even where the machine has too few cores for N samplers in real
+time. The wall time against the simulated time says how much slower than real time the fleet ran (the store
+then received its samples at that fraction of the fleet's real rate).
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ def _server_cpu_seconds(names: tuple[str, ...] = ("postgres", "postmaster")) -> 
     return total
 
 
-def _workers(url: str, job: str, first: int, count: int, seconds: float, out) -> None:
+def _workers(url: str, job: str, first: int, count: int, seconds: float, out, dilated: bool = False) -> None:
     """``count`` workers in this process; puts (taken, connections, latencies, end waits) on ``out``."""
     from tensorgauge.analyse.run_report import RunReport
     from tensorgauge.errors import TensorgaugeError
@@ -62,12 +68,13 @@ def _workers(url: str, job: str, first: int, count: int, seconds: float, out) ->
         fleet.append([store, recording, t0, 0, 1, 0.0])  # store, recording, t0, samples, phase id, cpu
     slow = {rng.randrange(first, first + count) for _ in range(max(1, count // 100))}  # stragglers
     start = time.monotonic()
+    simulated_from = clock.now()
     tick = 0
-    while time.monotonic() - start < seconds:
+    while (tick < seconds * 2) if dilated else (time.monotonic() - start < seconds):
         tick += 1
         for k, worker in enumerate(fleet):
             store, recording, t0, n, phase, cpu = worker
-            now = clock.now()
+            now = simulated_from + tick * 0.5 if dilated else clock.now()
             samples = []
             for j in range(SAMPLES_PER_SECOND // 2):
                 cpu = round(cpu + 0.18, 2)
@@ -85,14 +92,14 @@ def _workers(url: str, job: str, first: int, count: int, seconds: float, out) ->
                             "phase_kind": "epoch", "parent": 1, "cpu": cpu, "rss": 1 << 30})
             recording.recorder.add(samples, raw, force=True)
             worker[3:] = [n + len(samples), phase, cpu]
-        time.sleep(max(0.0, start + tick * 0.5 - time.monotonic()))
-    print(f"[{first}] {count} workers sampled for {time.monotonic() - start:.1f} s; ending them", file=sys.stderr,
+        time.sleep(max(0.0, start + tick * 0.5 - time.monotonic()))  # never ahead of real time
+    print(f"[{first}] {count} workers sampled {tick / 2:g} s in {time.monotonic() - start:.1f} s; ending them", file=sys.stderr,
           flush=True)
 
     def end(worker: list) -> tuple[int, int, list[float], float, bool]:
         """One worker's end, as its own `tensorgauge run` ends it: the store wait, the record, the analysis."""
         store, recording, t0, n, phase, cpu = worker
-        now = clock.now()
+        now = simulated_from + tick * 0.5 if dilated else clock.now()
         raw = [{"t": now, "pid": 7, "kind": "phase_end", "id": phase, "cpu": cpu, "rss": 1 << 30}] if phase > 1 else []
         recording.recorder.add([], raw + [{"t": now, "pid": 7, "kind": "phase_end", "id": 1, "cpu": cpu,
                                            "rss": 1 << 30}], force=True)
@@ -131,6 +138,8 @@ def main() -> None:
     parser.add_argument("workers", type=int)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--procs", type=int, default=8)
+    parser.add_argument("--dilated", action="store_true",
+                        help="ticks as fast as the machine makes them, on a simulated clock (see above)")
     args = parser.parse_args()
     url = os.environ.get("TENSORGAUGE_BENCH_POSTGRES")
     if not url:
@@ -147,7 +156,7 @@ def main() -> None:
     out: multiprocessing.Queue = multiprocessing.Queue()
     per = -(-args.workers // args.procs)
     procs = [multiprocessing.Process(target=_workers, args=(url, job, p * per, min(per, args.workers - p * per),
-                                                            args.seconds, out))
+                                                            args.seconds, out, args.dilated))
              for p in range(args.procs) if p * per < args.workers]
     for p in procs:
         p.start()
@@ -174,7 +183,8 @@ def main() -> None:
         done = subprocess.run([sys.executable, "-m", "tensorgauge", *cmd, "--store", url], env=env,
                               capture_output=True, text=True)
         timings[name] = (time.perf_counter() - began, done.returncode, len(done.stdout.splitlines()))
-    print(f"workers {args.workers} x {args.seconds:g} s in {len(procs)} processes; wall {wall:.1f} s")
+    print(f"workers {args.workers} x {args.seconds:g} s{' (simulated clock)' if args.dilated else ''} in "
+          f"{len(procs)} processes; wall {wall:.1f} s")
     print(f"runs stored {len(ids)}; samples taken {taken}, stored {stored}, lost {taken - int(stored)}")
     if latencies:
         print(f"shipping transactions {len(latencies)}: p50 {statistics.median(latencies) * 1000:.1f} ms, "
