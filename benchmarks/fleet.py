@@ -139,7 +139,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--procs", type=int, default=8)
     parser.add_argument("--dilated", action="store_true",
-                        help="ticks as fast as the machine makes them, on a simulated clock (see above)")
+                        help="every tick made, late where the machine falls behind, on a simulated clock (see above)")
     args = parser.parse_args()
     url = os.environ.get("TENSORGAUGE_BENCH_POSTGRES")
     if not url:
