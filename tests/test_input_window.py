@@ -1,6 +1,8 @@
 """The input A/B on fakes: its rounds and cost bound, the verdict it gives (and withholds within
 noise), the fix fitted to the pipeline, and what show says about the input split."""
 
+import contextlib
+import itertools
 import os
 import subprocess
 import sys
@@ -120,6 +122,98 @@ def test_the_ab_times_real_and_compute_only_steps_in_rounds_and_restores_the_mod
     verdict = ab_verdict(event)
     assert verdict["established"] and verdict["input_share"] == pytest.approx(0.4)
     assert verdict["input_wait_seconds"] == pytest.approx(0.004)
+
+
+class FitIterator:
+    """The fit's iterator over one epoch of numbered batches; each takes ``wait`` seconds to make."""
+
+    element_spec = "spec"
+
+    def __init__(self, clock, first: int, count: int, wait: float):
+        self.clock, self.next_batch, self.end, self.wait = clock, first, first + count, wait
+
+    def __next__(self):
+        if self.next_batch >= self.end:
+            raise StopIteration
+        self.clock.now += self.wait
+        self.next_batch += 1
+        return self.next_batch - 1
+
+
+def fit_on_batches(monkeypatch, steps_per_epoch, epochs, held_bytes=1000, wait=0.004, compute=0.006, restored=None):
+    """The A/B on a fake fit over numbered batches, looping as Keras' does: a step per train function
+    call on the epoch's iterator, until it runs out. Returns the A/B, the batches trained in order and
+    the fake model."""
+    clock = Clock()
+    monkeypatch.setattr(input_ab.time, "monotonic", clock)
+    monkeypatch.setattr(input_ab, "repeated", lambda batch, spec: itertools.repeat(batch))
+    monkeypatch.setattr(input_ab, "stashed", lambda batches, spec: list(batches))
+    monkeypatch.setattr(input_ab, "batch_bytes", lambda batch: held_bytes)
+    monkeypatch.setattr(input_ab, "shapes_of", lambda batch: [[64, 8]])
+    monkeypatch.setattr(input_ab, "restored", restored or (lambda model: pytest.fail("nothing is restored")))
+    trained: list[int] = []
+
+    class Model:
+        variables, optimizer = [], None
+
+        def train_function(self, iterator):
+            trained.append(next(iterator))
+            clock.now += compute
+            return {}
+
+    model = Model()
+    ab = InputAB(model, None, 5, allowance_seconds=0.4, clock=clock)
+    for epoch in range(epochs):
+        iterator = FitIterator(clock, epoch * steps_per_epoch, steps_per_epoch, wait)
+        while True:
+            if ab.active:
+                ab.on_step_begin()
+            try:
+                model.train_function(iterator)
+            except StopIteration:
+                break
+    ab.finish()
+    return ab, trained, model
+
+
+def test_the_excursions_are_the_fits_own_next_steps_on_batches_pulled_ahead(monkeypatch, events):
+    """The compute-only steps train the fit's own next batches, pulled from its iterator at once: every
+    batch is trained once, in order, no step is added and nothing is restored; the wait for the batches
+    is the tool's pause, and holding them all the A/B costs."""
+    ab, trained, model = fit_on_batches(monkeypatch, steps_per_epoch=400, epochs=1)
+    assert trained == list(range(400))
+    assert model.train_function.__func__ is type(model).train_function  # unwrapped
+    (event,) = [e for e in events() if e["kind"] == "input_ab"]
+    assert len(event["compute_step_seconds"]) == 3 and event["source"] == input_ab.PULLED
+    assert all(c == pytest.approx([0.006] * (input_ab.PROBE_STEPS - input_ab._DROPPED))
+               for c in event["compute_step_seconds"])
+    assert all(r == pytest.approx([0.010] * input_ab.REAL_STEPS) for r in event["real_step_seconds"])
+    assert ab_verdict(event)["input_share"] == pytest.approx(0.4) and event["cost_seconds"] == 0
+    # The tool's pauses: the batch captured (no time on this clock), then each pull of an excursion's six
+    # batches (6 x 4 ms), not its steps.
+    assert [round(a - b, 6) for a, b in event["excursions_before"]] == [0.0] + [0.024] * 3
+
+
+def test_an_excursion_cut_short_by_the_epochs_end_runs_again_in_the_next(monkeypatch, events):
+    ab, trained, _ = fit_on_batches(monkeypatch, steps_per_epoch=21, epochs=6)
+    assert trained == list(range(21 * 6))  # the epochs' ends where they were
+    (event,) = [e for e in events() if e["kind"] == "input_ab"]
+    assert len(event["compute_step_seconds"]) == 3 and all(len(c) >= 1 for c in event["compute_step_seconds"])
+
+
+def test_batches_too_large_to_hold_get_extra_steps_on_one_batch(monkeypatch, events):
+    restores = []
+
+    @contextlib.contextmanager
+    def restored(model):
+        restores.append(model)
+        yield
+
+    monkeypatch.setattr("tensorgauge.hook.timing.time.monotonic", Clock())
+    ab, trained, _ = fit_on_batches(monkeypatch, steps_per_epoch=400, epochs=1,
+                                    held_bytes=input_ab.STASH_MAX_BYTES // 2, restored=restored)
+    assert len(restores) == len(ab.compute) >= 3  # each excursion's extra steps undone
+    assert len(trained) > 400 and sorted(set(trained)) == list(range(400))
 
 
 def test_a_disturbed_round_is_run_again(monkeypatch, events):

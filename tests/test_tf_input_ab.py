@@ -84,6 +84,10 @@ def test_the_compute_only_input_has_fits_spec_and_holds_nothing_of_the_jobs_pipe
     assert cases["generator"]["source"].startswith("zeros")  # a generator is not restarted to peek
     assert cases["large shuffle buffer"]["source"].startswith("zeros")  # nor a pipeline filling 64 MiB to peek
     assert cases["arrays"]["batch_dim"] is None  # as fit batches arrays: the last batch may be smaller
+    # The fit's own batches pulled ahead: stacked where they share a shape, else concatenated, in the fit's spec.
+    stashes = {line["stash"]: line for line in lines if "stash" in line}
+    assert set(stashes) == {"last batch smaller", "dict features", "strings", "ragged", "sparse"}
+    assert all(s["spec_matches"] and s["in_order"] for s in stashes.values()), stashes
     # Deleting an autotuned iterator waits for tf.data's autotuner thread (2 s idle at the end of a fit seen).
     assert lines[-2] == {"autotune": False}
     buffers = lines[-1]["buffers"]

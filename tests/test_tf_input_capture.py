@@ -44,4 +44,4 @@ def test_the_ab_runs_on_a_batch_the_fit_produced_and_changes_no_weight(store_pat
     assert tool_out["weights"] == bare_out["weights"]  # the A/B's steps left nothing behind
     split = RunReport.load(Store.open(store_path), "last").input_split
     assert split["measured"], split  # no "A/B failed"
-    assert "a batch the fit produced" in split["measured_by"]
+    assert "the fit's own next batches, pulled ahead" in split["measured_by"]  # its own steps: nothing undone

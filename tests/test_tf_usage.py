@@ -80,8 +80,8 @@ def test_pauses_at_epoch_starts_are_stalls(store_path, tg_cmd, tmp_path):
 
 
 def test_compute_probe_runs_on_the_shapes_of_real_batches(store_path, tg_cmd, tmp_path):
-    """Windows of any length ((None, None, 7) in the spec): the A/B's compute-only steps run on one
-    real batch (256, 120, 7), not zeros of (32, 32, 7), and their time matches the job's own A/B."""
+    """Windows of any length ((None, None, 7) in the spec): the A/B's compute-only steps run on the fit's
+    real batches (256, 120, 7), not zeros of (32, 32, 7), and their time matches the job's own A/B."""
     truth_path = tmp_path / "truth.json"
     result = subprocess.run([*tg_cmd, "run", "-q", "--diagnose", "--", sys.executable, str(JOBS / "weather_like.py"),
                              str(truth_path)], capture_output=True, text=True)
@@ -89,7 +89,7 @@ def test_compute_probe_runs_on_the_shapes_of_real_batches(store_path, tg_cmd, tm
     truth = json.loads(truth_path.read_text())
     report = RunReport.load(Store.open(store_path), "last")
     probe = next(e.data for e in report.events if e.kind == "input_ab" and e.data.get("compute_step_seconds"))
-    assert probe["source"] == "a batch the fit produced" and probe["shapes"][0] == truth["batch_shape"]
+    assert probe["source"] == "the fit's own next batches, pulled ahead" and probe["shapes"][0] == truth["batch_shape"]
     # Zeros of (32, 32, 7) gave a limit 4-6x too low. The compute-only step against the job's own timing of
     # its step on one cached batch (0.98-1.05x) is a speed of the machine's moment, measured over rounds by
     # benchmarks/independent_truths.py; here: timed, on the real batch's shapes.

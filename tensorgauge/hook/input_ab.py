@@ -1,21 +1,25 @@
 """Whether input costs a fit its steps: the A/B a careful engineer would run, inside the job.
 
 The fit's own train function is timed on the fit's iterator (real steps) and on
-one cached batch repeated (compute-only steps: no input work at all), in
-rounds, so that drift (a noisy neighbour, a CPU clocking down) falls on both
-sides alike:
+batches already made (compute-only steps: no input work at all), in rounds, so
+that drift (a noisy neighbour, a CPU clocking down) falls on both sides alike:
 
 - untimed steps, :data:`SETTLE_STEPS` or about three for every step the pause
   before lasted (the pause let the pipeline fill its prefetch buffer: the steps
   that drain it are not typical);
 - :data:`REAL_STEPS` real steps, each timed to the end of its results;
-- an excursion of :data:`PROBE_STEPS` compute-only steps between two real steps,
-  each after a pause as long as Keras' loop leaves between two real steps (a
-  step right after another finds TensorFlow's threads still spinning, one after
-  Python's work between steps does not: 5-8% of a 5 ms step)
-  (the first two left out: the pipeline's threads, still filling its buffer,
-  take cores from them; with one left out, a serial Python map's 35% cost read
-  as 11-27%), every variable they touch restored after.
+- an excursion of :data:`PROBE_STEPS` compute-only steps (the first two left
+  out: the pipeline's threads, still filling its buffer, take cores from them;
+  with one left out, a serial Python map's 35% cost read as 11-27%). Where the
+  fit's batches are small enough to hold (:data:`STASH_MAX_BYTES`), these are
+  the fit's own next steps: their batches pulled from its iterator at once
+  (the tool's pause), then trained on, in order, one a step of Keras' loop: no
+  step is added and nothing is restored, so the excursion costs only the
+  holding of the batches. Otherwise they are extra steps on one batch the fit
+  produced, repeated, between two real steps, each after a pause as long as
+  Keras' loop leaves between two real steps (a step right after another finds
+  TensorFlow's threads still spinning, one after Python's work between steps
+  does not: 5-8% of a 5 ms step), every variable they touch restored after.
 
 Rounds are sized by time as well as steps (:class:`Sizes`): steps of 0.7 ms get rounds of about 60
 real and 30 compute-only steps, steps of 5 ms or more eight and four. A fit too short for
@@ -27,7 +31,7 @@ The difference of the medians is what input costs a step, whether the step waits
 for its batch or the pipeline's threads take the cores from the step; the rounds
 give its spread. Both sides run the same train function on the same thread, so
 Keras' Python loop around it and the dispatch of ``IteratorGetNext`` are in
-neither difference. Sent as one ``input_ab`` event. The excursions cost compute
+neither difference. Sent as one ``input_ab`` event. Extra excursions cost compute
 steps (the real steps cost two clock reads): the first is cut short at its share
 of the allowance, each later one is run only if the last one's cost still fits
 and the rounds so far leave a doubt, and a fit too short (or too costly) for
@@ -44,7 +48,7 @@ from dataclasses import dataclass
 from tensorgauge.hook import machine_load
 from tensorgauge.hook.channel import channel
 from tensorgauge.hook.diagnose import steps_per_call
-from tensorgauge.hook.probes import cached_input, repeated, restored, shapes_of, time_steps
+from tensorgauge.hook.probes import batch_bytes, cached_input, repeated, restored, shapes_of, stashed, time_steps
 from tensorgauge.hook.protocol import (
     AB_EXTRA_ROUNDS,
     AB_MIN_ROUNDS,
@@ -70,6 +74,10 @@ _DROPPED = 2  # compute-only steps left out of each excursion (the pipeline stil
 # steps half that (eight real steps of 0.7 ms were 6 ms of evidence, and the verdict flipped from run to run).
 ROUND_SECONDS, MAX_ROUND_STEPS = 0.04, 256
 AFTER_FIT_MIN_STEPS = 9  # a fit with fewer timed steps left than this gets no verdict (3 blocks of 3)
+# The most an excursion's batches pulled ahead may hold; larger ones get extra steps on one batch instead.
+STASH_MAX_BYTES = 64 << 20
+CAPTURED = "a batch the fit produced"
+PULLED = "the fit's own next batches, pulled ahead"
 
 
 @dataclass(frozen=True)
@@ -134,7 +142,9 @@ class InputAB:
         self.after_fit = rounds == 0
         self.real: list[list[float]] = [[]]
         self.compute: list[list[float]] = []
-        self.excursions: list[list[float]] = []  # [start, end] of each, on the clock
+        self.excursions: list[list[float]] = []  # [start, end] of each of extra steps, on the clock
+        self.pauses: list[float] = []  # per excursion: seconds the fit's iterator went unread
+        self.round_costs: list[float] = []  # per excursion: seconds it added to the fit
         self.own_pauses: list[list[float]] = []  # [start, end] of the tool's other pauses (the batch captured)
         self.setup_seconds = 0.0  # the making of the cached batch (once)
         self._setup_in_excursion = 0.0  # ... when the first excursion made it (no batch captured from the fit)
@@ -148,6 +158,13 @@ class InputAB:
         self.gaps: list[float] = []  # between a timed real step's end and the next one's start (Keras' loop)
         self.last_end: float | None = None
         self.iterator: object | None = None  # the cached batch, repeated
+        self.batch_bytes: int | None = None  # what the captured batch holds
+        self.pull_due = False  # the next step pulls an excursion's batches ahead
+        self.stash: list = []  # per stashed step left: the iterator of the batches pulled ahead
+        self.stash_times: list[float] = []  # ... the stashed steps so far
+        self.stash_load: tuple[float, float, float] | None = None  # the machine's load as the pull began
+        self.stash_began = self.stash_cost = 0.0
+        self.error: Exception | None = None  # the tool's own, in a step of the fit's: raised at the next begin
         self.original = None  # the fit's train function, while it is wrapped
         self.active = True
         self.measured = False  # finished with MIN_ROUNDS rounds or more
@@ -163,11 +180,20 @@ class InputAB:
             return True
         if self.original is None:
             self._wrap()
+        if self.error is not None:
+            raise self.error
+        if self.pull_due or self.stash:  # an excursion of the fit's own steps is under way
+            self.timing = False
+            return False
         if not self.after_fit and len(self.real[-1]) >= self.sizes.real:
-            if not self.excursions and not self._first_fits():
-                self.finish()
-                return True
-            self._excursion()
+            if len(self.compute) < len(self.real):  # the round's excursion is still to run
+                if self._stashable():
+                    self.pull_due, self.timing = True, False
+                    return False
+                if not self.compute and not self._first_fits():
+                    self.finish()
+                    return True
+                self._excursion()
             if self._enough() or self._decided() or not self._affordable():
                 self.finish()
                 return True
@@ -184,6 +210,10 @@ class InputAB:
         def timed(iterator):
             if self.spec is None:
                 self.spec = getattr(iterator, "element_spec", None)
+            if self.pull_due:
+                self._pull(iterator)
+            if self.stash:
+                return self._stashed_step(original)
             if self.iterator is None and self.spec is not None and not self.timing and steps_per_call(self.model) == 1:
                 return self._capture(original, iterator)
             if not self.timing:
@@ -210,25 +240,87 @@ class InputAB:
         began = self.clock()
         try:
             cached = iter(repeated(batch, self.spec))
+            self.batch_bytes = batch_bytes(batch)
         except Exception:  # the batch is the job's: it is trained on all the same
             import tensorflow as tf
 
             return original(iter(tf.data.Dataset.from_tensors(batch)))
-        self.iterator, self.source, self.shapes = cached, "a batch the fit produced", shapes_of(batch)
+        self.iterator, self.source, self.shapes = cached, CAPTURED, shapes_of(batch)
         ended = self.clock()
         self.setup_seconds = ended - began
         self.cost += self.setup_seconds
         self.own_pauses.append([began, ended])  # the making of the cached batch: the tool's, not a stall
         return original(cached)
 
+    def _stashable(self) -> bool:
+        """The excursion can be the fit's own next steps: its batches are taken as they pass (the captured
+        one could be fed back as fit reads them) and the excursion's few are small enough to hold."""
+        return (self.source in (CAPTURED, PULLED) and self.batch_bytes is not None
+                and self.sizes.probe * max(self.batch_bytes, 1) <= STASH_MAX_BYTES)
+
+    def _pull(self, iterator) -> None:
+        """The excursion's batches taken from the fit's iterator at once (the tool's pause), each to be
+        trained on in its turn by the next steps of Keras' loop (:meth:`_stashed_step`). The end of the data
+        leaves fewer: after them the fit's iterator ends the epoch as it would have."""
+        self.pull_due = False
+        began, load = self.clock(), machine_load.mark()
+        batches: list = []
+        try:
+            while len(batches) < self.sizes.probe:
+                batches.append(next(iterator))
+        except StopIteration:
+            pass
+        except Exception as exc:
+            if type(exc).__name__ != "OutOfRangeError":
+                raise
+        pulled = self.clock()
+        if batches:
+            try:
+                self.stash = [iter(stashed(batches, self.spec))] * len(batches)
+            except Exception:  # the batches are the job's: each is trained on all the same
+                import tensorflow as tf
+
+                self.stash = [iter(tf.data.Dataset.from_tensors(batch)) for batch in batches]
+        self.stash_times, self.stash_load = [], load  # the others' load read from the pull to the last step
+        self.stash_began = ended = self.clock()
+        self.stash_cost = ended - pulled
+        self.cost += self.stash_cost
+        self.own_pauses.append([began, ended])  # the wait for the batches: paid ahead, not a stall
+
+    def _stashed_step(self, original):
+        """One of the fit's steps on its batch pulled ahead: a compute-only step, timed to its end."""
+        start = time.monotonic()
+        logs = original(self.stash.pop(0))
+        wait_for(logs)
+        self.stash_times.append(time.monotonic() - start)
+        if not self.stash:
+            try:
+                self._stash_done()
+            except Exception as exc:  # the tool's, not the job's step: raised at the next step's begin
+                self.error = exc
+        return logs
+
+    def _stash_done(self) -> None:
+        """The excursion of stashed steps is in (one the data cut too short runs again as the next epoch
+        begins)."""
+        self.stash = []
+        if len(self.stash_times) <= _DROPPED:
+            return
+        self.compute.append(self.stash_times[_DROPPED:])
+        self.round_costs.append(self.stash_cost)
+        self.source = PULLED
+        self.pauses.append(self.clock() - self.stash_began)
+        self.other_cores.append([machine_load.other_cores(self.block_began, self.stash_load),
+                                 machine_load.other_cores(self.stash_load, machine_load.mark())])
+
     def _settle_steps(self) -> int:
         """Real steps to leave untimed after an excursion: what the pipeline prefetched during it drains
         at the difference of two rates, so about three steps for every real step the excursion lasted
         (at least :data:`SETTLE_STEPS`, at most the sizes' ``max_settle``)."""
         times = self.real[-2] if len(self.real) > 1 else self.real[-1]
-        if not times or not self.excursions:
+        if not times or not self.pauses:
             return SETTLE_STEPS
-        paused = self.excursions[-1][1] - self.excursions[-1][0]
+        paused = self.pauses[-1]
         step = statistics.median(times)
         return int(min(self.sizes.max_settle, max(SETTLE_STEPS, math.ceil(3 * paused / max(step, 1e-9)))))
 
@@ -302,11 +394,8 @@ class InputAB:
         return low < INPUT_MODERATE <= statistics.mean(shares)
 
     def _round_seconds(self) -> float:
-        """The last excursion's seconds, less any making of the cached batch in it."""
-        if not self.excursions:
-            return 0.0
-        last = self.excursions[-1][1] - self.excursions[-1][0]
-        return last - self._setup_in_excursion if len(self.excursions) == 1 else last
+        """The seconds the last excursion added to the fit, less any making of the cached batch in it."""
+        return self.round_costs[-1] if self.round_costs else 0.0
 
     def _excursion(self, steps: int | None = None, share: float | None = None) -> None:
         """Compute-only steps on the cached batch: ``steps`` (default: the sizes' probe), their timing cut at
@@ -338,6 +427,8 @@ class InputAB:
             ended = self.clock()
             self.cost += ended - began
             self.excursions.append([began, ended])
+            self.pauses.append(ended - began)
+            self.round_costs.append(ended - began - (self._setup_in_excursion if len(self.excursions) == 1 else 0.0))
 
     # -- the end --------------------------------------------------------------------
 
@@ -370,7 +461,7 @@ class InputAB:
         """Report, without running its compute-only steps, an after-fit A/B that a later fit's rounds replaced."""
         if not self.active:
             return
-        self.active, self.iterator = False, None
+        self.active, self.iterator, self.stash = False, None, []
         self.unwrap()
         now = self.clock()
         channel().emit(Kind.INPUT_AB, skipped=why, cost_seconds=round(self.cost, 4),
@@ -384,13 +475,15 @@ class InputAB:
         if self.after_fit and not self.compute:
             self.unwrap()
             self._after_fit()
+        if self.stash and len(self.stash_times) > _DROPPED:  # the fit ended within an excursion of its steps
+            self._stash_done()
         self.active = False
-        self.iterator = None  # the cached batch's pipeline: nothing of it outlives the A/B
+        self.iterator, self.stash = None, []  # the cached batch's pipeline: nothing of it outlives the A/B
         self.unwrap()
         real = self.real[: len(self.compute)]  # complete rounds only
         now = self.clock()
         if len(self.compute) < MIN_ROUNDS:
-            costly = self.allowance_seconds is not None and bool(self.excursions) and not self._affordable()
+            costly = self.allowance_seconds is not None and bool(self.round_costs) and not self._affordable()
             last = self._round_seconds()
             allowed = (f"{self._limit():.2f} s ({VERDICT_ALLOWANCES}x the {self.allowance_seconds or 0:.2f} s "
                        "allowed in this fit)")
@@ -429,7 +522,7 @@ class InputAB:
         return max(0.0, 1 - statistics.median(compute) / step) if step > 0 else 0.0
 
     def fail(self, exc: BaseException) -> None:
-        self.active, self.iterator = False, None
+        self.active, self.iterator, self.stash = False, None, []
         self.unwrap()
         channel().emit(Kind.INPUT_AB, error=error_text(exc))
 

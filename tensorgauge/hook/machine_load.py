@@ -12,6 +12,9 @@ import time
 
 _IDLE_FIELDS = (3, 4)  # idle, iowait (of user nice system idle iowait irq softirq steal ...)
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+# Both counts are in ticks (10 ms): over a shorter span than this, one tick more or fewer on either side
+# reads as 0.2 cores or more (the input A/B's excursions of 2-4 steps of 4 ms read 0.65 cores "disturbed").
+MIN_SPAN_SECONDS = 10 / _TICKS
 
 
 def _machine_busy_seconds() -> float | None:
@@ -63,7 +66,8 @@ def mark() -> tuple[float, float, float] | None:
 
 
 def other_cores(begin: tuple[float, float, float] | None, end: tuple[float, float, float] | None) -> float | None:
-    """Cores the other processes kept busy between two :func:`mark` readings (None where either is)."""
-    if begin is None or end is None or end[0] - begin[0] <= 0:
+    """Cores the other processes kept busy between two :func:`mark` readings (None where either is, or
+    where they are less than :data:`MIN_SPAN_SECONDS` apart)."""
+    if begin is None or end is None or end[0] - begin[0] < MIN_SPAN_SECONDS:
         return None
     return round(max(0.0, (end[1] - begin[1]) - (end[2] - begin[2])) / (end[0] - begin[0]), 3)

@@ -86,12 +86,45 @@ def cached_input(x, y, batch_size: int | None, spec=None) -> tuple[object, str, 
 
 
 def repeated(batch, spec):
-    """A dataset of ``batch`` for ever, its dense parts' shapes relaxed to ``spec``. tf.data's
-    autotuning is off in it: deleting an autotuned iterator waits for the autotuner's thread, which
-    cost the job up to 2 s of idle time on a 2-core machine (at the end of the A/B)."""
+    """A dataset of ``batch`` for ever, its dense parts' shapes relaxed to ``spec`` (:func:`_as_fit_reads`)."""
     import tensorflow as tf
 
-    dataset = tf.data.Dataset.from_tensors(batch).repeat()
+    return _as_fit_reads(tf.data.Dataset.from_tensors(batch).repeat(), spec)
+
+
+def stashed(batches: list, spec):
+    """A dataset of ``batches`` once each, in order, its dense parts' shapes relaxed to ``spec``: the
+    fit's own batches, pulled ahead of their steps (see :mod:`.input_ab`). Batches of one shape are
+    stacked (a few ms); others (a last, smaller batch; ragged or sparse parts) concatenated (about
+    2 ms a batch)."""
+    import tensorflow as tf
+
+    flat = [tf.nest.flatten(batch) for batch in batches]
+    if all(isinstance(t, tf.Tensor) for t in flat[0]) and all(
+            [(t.shape, t.dtype) for t in parts] == [(t.shape, t.dtype) for t in flat[0]] for parts in flat[1:]):
+        stacked = [tf.stack(parts) for parts in zip(*flat)]
+        dataset = tf.data.Dataset.from_tensor_slices(tf.nest.pack_sequence_as(batches[0], stacked))
+    else:
+        dataset = tf.data.Dataset.from_tensors(batches[0])
+        for batch in batches[1:]:
+            dataset = dataset.concatenate(tf.data.Dataset.from_tensors(batch))
+    return _as_fit_reads(dataset, spec)
+
+
+def batch_bytes(batch) -> int:
+    """What a batch holds, about (a string counted as 64 bytes)."""
+    import tensorflow as tf
+
+    return sum((t.shape.num_elements() or 0) * (64 if t.dtype == tf.string else t.dtype.size)
+               for t in tf.nest.flatten(batch, expand_composites=True) if hasattr(t, "shape"))
+
+
+def _as_fit_reads(dataset, spec):
+    """``dataset`` with its dense parts' shapes relaxed to ``spec`` (the same spec, the same traced train
+    function) and tf.data's autotuning off: deleting an autotuned iterator waits for the autotuner's
+    thread, which cost the job up to 2 s of idle time on a 2-core machine (at the end of the A/B)."""
+    import tensorflow as tf
+
     flat_spec = tf.nest.flatten(spec)
     if dataset.element_spec != spec and len(flat_spec) == len(tf.nest.flatten(dataset.element_spec)):
 

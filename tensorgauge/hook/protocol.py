@@ -233,10 +233,11 @@ class EagerGradients(Common, total=False):
 
 class InputAB(Common, total=False):
     real_step_seconds: list[list[float]]  # per round: the train function on the fit's iterator
-    compute_step_seconds: list[list[float]]  # per round: the same on one cached batch, repeated
-    cost_seconds: float  # the compute-only excursions, variables saved and restored
+    compute_step_seconds: list[list[float]]  # per round: the same on batches already made
+    cost_seconds: float  # what the A/B added: holding the batches pulled ahead, or extra steps undone after
     allowance_seconds: float | None  # what the diagnosis may cost in this fit (None: unbounded, --diagnose)
-    source: str  # where the cached batch comes from ("a batch the fit produced", a peeked batch, the arrays' rows)
+    source: str  # what the compute-only steps ran on ("the fit's own next batches, pulled ahead", "a batch the fit
+    # produced", repeated, a peeked batch, the arrays' rows)
     shapes: list[list[int]] | None  # the cached batch's tensors' shapes (what the compute-only steps ran on)
     settle_steps: int  # the most untimed real steps after an excursion
     after_fit: bool  # a fit too short for rounds: its steps in blocks, the compute-only steps run as it ended

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import tensorflow as tf
 
-from tensorgauge.hook.probes import cached_input, repeated
+from tensorgauge.hook.probes import cached_input, repeated, stashed
 
 x = np.arange(40 * 3, dtype="float32").reshape(40, 3)
 y = np.arange(40, dtype="float32").reshape(40, 1)
@@ -37,6 +37,25 @@ for name, (inputs, targets, batch_size) in cases.items():
                       "batch_dim": iterator.element_spec[0].shape[0] if name == "arrays" else None,
                       "source": source, "shapes": shapes, "repeats": same,
                       "first_value": float(tf.nest.flatten(first)[0][0][0])}))
+# The fit's own batches pulled ahead (the A/B's excursions): the fit's spec, each batch once, in order.
+def parts(batch):
+    flat = tf.nest.flatten(batch, expand_composites=True)
+    return [t.numpy().tolist() for t in flat]
+
+
+x42, y42 = np.arange(42 * 3, dtype="float32").reshape(42, 3), np.arange(42, dtype="float32").reshape(42, 1)
+pulled = {
+    "last batch smaller": tf.data.Dataset.from_tensor_slices((x42, y42)).batch(8),
+    "dict features": tf.data.Dataset.from_tensor_slices(({"a": x42, "b": y42}, y42)).batch(8),
+    "strings": tf.data.Dataset.from_tensor_slices((np.array(["a", "bb", "c"] * 14), y42)).batch(8),
+    "ragged": tf.data.Dataset.from_tensor_slices(tf.ragged.constant([[1], [1, 2], [1, 2, 3]] * 14)).batch(8),
+    "sparse": tf.data.Dataset.from_tensor_slices(tf.sparse.from_dense(np.eye(42, 5, dtype="float32"))).batch(8),
+}
+for name, dataset in pulled.items():
+    batches = list(dataset)
+    stash = stashed(batches, dataset.element_spec)
+    print(json.dumps({"stash": name, "spec_matches": stash.element_spec == dataset.element_spec,
+                      "in_order": [parts(b) for b in stash] == [parts(b) for b in batches]}))
 print(json.dumps({"autotune": repeated(tf.zeros([2]), tf.TensorSpec([None], tf.float32)).options().autotune.enabled}))
 
 # What a shuffle buffer holds: slices of a from_tensor_slices tensor are shared when their rows are
