@@ -656,3 +656,20 @@ def test_input_paid_in_bursts_counts_at_what_the_fit_pays():
     healthy = ab_verdict({"real_step_seconds": [[0.02] * 7 + [0.03], [0.02] * 8, [0.0201] * 8],
                           "compute_step_seconds": [[0.02] * 4] * 3})
     assert not healthy["established"]
+
+
+def test_the_wait_after_a_pull_ends_once_the_pipelines_threads_go_quiet(monkeypatch):
+    """After a pull, the pipeline refills its buffers (its threads busy): the compute-only steps wait for
+    that, at most the bound given."""
+    from tensorgauge.hook import timing
+
+    clock = Clock()
+    monkeypatch.setattr(timing.time, "sleep", lambda seconds: setattr(clock, "now", clock.now + seconds))
+    busy_until = 0.05  # the pipeline works for 50 ms, one core, then idles
+
+    def cpu():
+        return min(clock.now, busy_until)
+
+    assert timing.wait_until_quiet(1.0, cpu=cpu, clock=clock) == pytest.approx(0.06)
+    clock.now, busy_until = 0.0, 10.0  # a pipeline that never goes quiet: the bound
+    assert timing.wait_until_quiet(0.2, cpu=cpu, clock=clock) == pytest.approx(0.2)

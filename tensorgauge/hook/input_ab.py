@@ -12,8 +12,9 @@ that drift (a noisy neighbour, a CPU clocking down) falls on both sides alike:
   out: the pipeline's threads, still filling its buffer, take cores from them;
   with one left out, a serial Python map's 35% cost read as 11-27%). Where the
   fit's batches are small enough to hold (:data:`STASH_MAX_BYTES`), these are
-  the fit's own next steps: their batches pulled from its iterator at once
-  (the tool's pause), then trained on, in order, one a step of Keras' loop: no
+  the fit's own next steps: their batches pulled from its iterator at once,
+  a wait for the pipeline's threads to refill its buffers (the tool's pause),
+  then trained on, in order, one a step of Keras' loop: no
   step is added and nothing is restored, so the excursion costs only the
   holding of the batches. Otherwise they are extra steps on one batch the fit
   produced, repeated, between two real steps, each after a pause as long as
@@ -60,7 +61,7 @@ from tensorgauge.hook.protocol import (
     round_share,
     share_interval,
 )
-from tensorgauge.hook.timing import wait_for
+from tensorgauge.hook.timing import wait_for, wait_until_quiet
 
 ROUNDS, MIN_ROUNDS = 5, AB_MIN_ROUNDS
 EXTRA_ROUNDS = AB_EXTRA_ROUNDS  # run in place of disturbed rounds (a neighbour came or went: see disturbed_round)
@@ -76,6 +77,8 @@ ROUND_SECONDS, MAX_ROUND_STEPS = 0.04, 256
 AFTER_FIT_MIN_STEPS = 9  # a fit with fewer timed steps left than this gets no verdict (3 blocks of 3)
 # The most an excursion's batches pulled ahead may hold; larger ones get extra steps on one batch instead.
 STASH_MAX_BYTES = 64 << 20
+# The longest wait for the pipeline to refill its buffers after a pull: twice the pull, at least 50 ms.
+QUIET_PER_PULL, QUIET_MIN_SECONDS = 2.0, 0.05
 CAPTURED = "a batch the fit produced"
 PULLED = "the fit's own next batches, pulled ahead"
 
@@ -281,9 +284,14 @@ class InputAB:
                 import tensorflow as tf
 
                 self.stash = [iter(tf.data.Dataset.from_tensors(batch)) for batch in batches]
+        built = self.clock()
+        # The pull drained the pipeline's buffers: refilling them, its threads would take the cores (and a
+        # py_function map the GIL) from the compute-only steps, as slow as real ones in 2 of 5 rounds of a
+        # newcomer's convnet. What it makes meanwhile, the real steps after take without waiting.
+        wait_until_quiet(max(QUIET_MIN_SECONDS, QUIET_PER_PULL * (pulled - began)))
         self.stash_times, self.stash_load = [], load  # the others' load read from the pull to the last step
         self.stash_began = ended = self.clock()
-        self.stash_cost = ended - pulled
+        self.stash_cost = built - pulled
         self.cost += self.stash_cost
         self.own_pauses.append([began, ended])  # the wait for the batches: paid ahead, not a stall
 

@@ -37,3 +37,20 @@ def time_calls(call: Callable[[], Any], steps: int, seconds: float | None = None
         if seconds is not None and len(times) >= min_steps and time.monotonic() - began + times[-1] > seconds:
             break
     return times
+
+
+QUIET_CORES, QUIET_SLICE_SECONDS = 0.3, 0.01
+
+
+def wait_until_quiet(max_seconds: float, cpu: Callable[[], float] = time.process_time,
+                     clock: Callable[[], float] = time.monotonic) -> float:
+    """Sleep in slices of :data:`QUIET_SLICE_SECONDS` until the process's threads use less than
+    :data:`QUIET_CORES` over one (a data pipeline has refilled its buffers), or ``max_seconds`` have
+    gone; the seconds waited."""
+    began = clock()
+    while clock() - began < max_seconds:
+        wall, used = clock(), cpu()
+        time.sleep(QUIET_SLICE_SECONDS)
+        if (cpu() - used) / max(clock() - wall, 1e-9) < QUIET_CORES:
+            break
+    return clock() - began
