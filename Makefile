@@ -31,8 +31,8 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.installed-demo
 	$(BIN)/tensorgauge demo
 
-# The suite runs in one process by default (about 21 minutes on 2 cores). TEST_WORKERS=2 runs it in two
-# (pytest-xdist, a file to a process: 11-12 minutes), TEST_WORKERS=auto in as many as the idle cores allow
+# The suite runs in one process by default (about 13 minutes on 2 cores). TEST_WORKERS=2 runs it in two
+# (pytest-xdist, a file to a process), TEST_WORKERS=auto in as many as the idle cores allow
 # (scripts/test-workers); the tests marked `alone` (which compare wall times within one job) then run last,
 # in one process. Beside the other process, 1-2 timing tests still failed each of two runs.
 # Lint and types first (seconds), then the suite. PostgreSQL tests run against a
