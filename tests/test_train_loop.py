@@ -153,6 +153,16 @@ def test_what_next_costs_on_any_iterator_is_step_overhead_not_input():
     # 7% in the order that favours the real call, nothing in the other: not established.
     mixed = [[0.00047, 0.00027, 1], [0.00025, 0.00027, 0]] * 16
     assert loop_input_bound(loop_event(0.0026, mixed), loop_phase, 2.0) is None
+    # Over a pipeline running Python, next() on the cached batch waits for the GIL its threads hold:
+    # 12 ms of wall time for 0.3 ms of its thread's CPU. Those waits are input's: the cached call costs its
+    # CPU, and timed before the real one, its waits are the loop's wait for the batch (the real call then
+    # waits less). Read at wall time, this 40 ms step read 25% one run and within noise the next.
+    starved = [[0.0063, 0.0183, 0, 0.0003], [0.0320, 0.0120, 1, 0.0003]] * 5
+    finding = loop_input_bound(loop_event(0.040, starved), loop_phase, 2.0)
+    assert finding.evidence["input_wait_seconds_per_step"] == pytest.approx(0.02785, abs=1e-6)  # (24.0 + 31.7) / 2 ms
+    assert finding.evidence["step_overhead_seconds"] == pytest.approx(0.0003)
+    at_wall = [p[:3] for p in starved]  # as recorded before the thread's CPU was: the GIL waits read as overhead
+    assert loop_input_bound(loop_event(0.040, at_wall), loop_phase, 2.0) is None
     # No pairs (too few steps, not a tf.data iterator): not measured, no verdict.
     assert loop_input_bound(loop_event(0.0026, []), loop_phase, 2.0) is None
     assert input_split([Event(1.0, 1, "phase_begin", {"id": 1, "name": "train loop", "phase_kind": "fit"}),
@@ -165,8 +175,12 @@ def test_the_loop_pairs_next_with_a_cached_batch_and_leaves_its_cost_out_of_the_
     loop, clock = loop
     built = []
 
-    def cached_next(iterator):
+    thread_cpu = Clock()
+    loop.thread_cpu = lambda: thread_cpu.now
+
+    def cached_next(iterator):  # 0.3 ms, of which its thread worked 0.1 ms (waited for the GIL the rest)
         advance(clock, 0.0003)
+        advance(thread_cpu, 0.0001)
 
     monkeypatch.setattr("tensorgauge.hook.train_loop._cached_iterator", lambda dataset, batch: built.append(batch) or "c")
     iterator = object()
@@ -182,7 +196,8 @@ def test_the_loop_pairs_next_with_a_cached_batch_and_leaves_its_cost_out_of_the_
     sent = events()
     summary = [e for e in sent if e["kind"] == "loop_input"][-1]
     pairs = summary["next_pairs"]
-    assert len(pairs) >= 8 and all(p[:2] == pytest.approx([0.002, 0.0003]) for p in pairs)
+    assert len(pairs) >= 8
+    assert all(p[:2] + p[3:] == pytest.approx([0.002, 0.0003, 0.0001]) for p in pairs)
     assert {p[2] for p in pairs} == {0, 1}  # timed in turn before and after the real next()
     steps = [s for e in sent if e["kind"] == "steps" for s in e["seconds"]]
     assert steps == pytest.approx([0.005] * 40)  # the cached next() calls are the tool's, not the step's

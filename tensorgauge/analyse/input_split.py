@@ -308,18 +308,19 @@ def _backend_split(timed: FitInput, fit: Phase) -> dict:
 
 def loop_verdict(loop: LoopInput | None) -> dict | None:
     """A custom loop's input cost from its ``next()`` calls paired with ``next()`` on its first batch
-    cached (the dispatch any iterator costs: step overhead, not input), timed in turn just before and
-    just after the real one: each order is off by what the first call after a step pays, the mean of
-    their medians is not. Established at :data:`INPUT_MODERATE` of the step or more with the real call
-    slower even in the order that favours the cached one (timed after the step, before the real one).
-    None for a loop with no pairs (not measured)."""
+    cached (the dispatch any iterator costs: step overhead, not input; see :func:`_as_timed`), timed in
+    turn just before and just after the real one: each order is off by what the first call after a step
+    pays, the mean of their medians is not. Established at :data:`INPUT_MODERATE` of the step or more
+    with the real call slower even in the order that favours the cached one (timed after the step, before
+    the real one). None for a loop with no pairs (not measured)."""
     if not loop or (loop.get("steps") or 0) < 2 or not loop.get("step_seconds_total"):
         return None
     pairs = [p for p in loop.get("next_pairs") or [] if len(p) >= 2]
     if not pairs:
         return None
     step = loop["step_seconds_total"] / (loop["steps"] - 1)  # the first step (tracing) is left out of the totals
-    by_order = [[real - cached for real, cached, *order in pairs if (order[0] if order else 0) == k] for k in (0, 1)]
+    pairs = [_as_timed(p) for p in pairs]
+    by_order = [[real - cached for real, cached, order in pairs if order == k] for k in (0, 1)]
     medians = [statistics.median(extra) for extra in by_order if extra]
     lost = min(step, max(0.0, statistics.mean(medians)))
     share = lost / step if step > 0 else 0.0
@@ -335,6 +336,19 @@ def loop_verdict(loop: LoopInput | None) -> dict | None:
                         "not reliably slower than on a cached batch" if max(share, high) >= INPUT_MODERATE else
                         f"no input cost above {INPUT_MODERATE:.0%} of the step"),
             "measured_by": "next() on the loop's iterator against next() on its first batch cached"}
+
+
+def _as_timed(pair: list[float]) -> list[float]:
+    """``[real, cached, order]`` of a recorded pair, the cached ``next()`` at its thread's CPU seconds where
+    recorded: its wall time includes waits for the GIL held by a pipeline running Python (cached calls read
+    5-44 ms wall, 0.3 ms CPU, over a serial ``py_function`` map), input's cost, not the call's. Timed before
+    the real one, those waits are the loop's wait for its batch too (the pipeline worked meanwhile, so
+    the real call waited less): they count with it."""
+    real, wall, order = pair[0], pair[1], pair[2] if len(pair) > 2 else 0
+    if len(pair) < 4:
+        return [real, wall, order]
+    cpu = min(wall, pair[3])
+    return [real + (wall - cpu if order == 0 else 0.0), cpu, order]
 
 
 def _loop_split(loop: LoopInput) -> dict:

@@ -457,7 +457,9 @@ class LoopInput(Common, total=False):
     step_seconds_total: float
     next_seconds_total: float
     eval_steps: int  # model calls without gradients between training steps
-    next_pairs: list[list[float]]  # [a real next(), next() on one of the loop's batches cached] every few steps
+    # [a real next(), next() on one of the loop's batches cached, 0 timed before the real one / 1 after, the
+    # thread's CPU seconds in the cached next()] every few steps
+    next_pairs: list[list[float]]
     pairs_cost_seconds: float  # what the cached next() calls cost (left out of the steps)
     next_rounds: list[list[float]]  # [seconds in next(), step seconds, steps] of consecutive steps (see FitInput)
     loader: str | None  # the iterator's kind where it is not tf.data's: "DataLoader" (PyTorch)
