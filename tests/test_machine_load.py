@@ -45,3 +45,10 @@ def test_a_busy_worker_process_is_the_jobs_and_a_stranger_is_another_load():
 def test_without_a_reading_there_is_no_load():
     assert machine_load.other_cores(None, (1.0, 2.0, 3.0)) is None
     assert machine_load.other_cores((1.0, 5.0, 1.0), (2.0, 6.5, 1.5)) == 1.0  # 1.5 busy, 0.5 the job's, in 1 s
+
+
+def test_a_span_shorter_than_ten_ticks_has_no_load():
+    # Both counts move in 10 ms ticks: one tick over 15 ms would read as 0.65 cores.
+    short = machine_load.MIN_SPAN_SECONDS * 0.9
+    assert machine_load.other_cores((1.0, 5.0, 1.0), (1.0 + short, 5.01, 1.0)) is None
+    assert machine_load.other_cores((1.0, 5.0, 1.0), (1.0 + machine_load.MIN_SPAN_SECONDS, 5.01, 1.0)) is not None

@@ -29,7 +29,7 @@ def test_an_error_is_one_line_with_tensorflows_cause():
 @needs_tf
 @pytest.mark.tf
 @pytest.mark.parametrize("legacy", [False, True], ids=["keras3", "tf_keras"])
-def test_the_ab_runs_on_a_batch_the_fit_produced_and_changes_no_weight(store_path, tg_cmd, tmp_path, legacy):
+def test_the_ab_trains_on_the_fits_own_batches_and_leaves_the_weights_as_a_bare_run(store_path, tg_cmd, tmp_path, legacy):
     if legacy:
         pytest.importorskip("tf_keras", reason="tf_keras is not installed")
     env = {**os.environ, "TF_USE_LEGACY_KERAS": "1" if legacy else "0"}

@@ -145,7 +145,7 @@ class InputAB:
         self.after_fit = rounds == 0
         self.real: list[list[float]] = [[]]
         self.compute: list[list[float]] = []
-        self.excursions: list[list[float]] = []  # [start, end] of each of extra steps, on the clock
+        self.excursions: list[list[float]] = []  # [start, end] of each compute-only excursion, on the clock
         self.pauses: list[float] = []  # per excursion: seconds the fit's iterator went unread
         self.round_costs: list[float] = []  # per excursion: seconds it added to the fit
         self.own_pauses: list[list[float]] = []  # [start, end] of the tool's other pauses (the batch captured)
