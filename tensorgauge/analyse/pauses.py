@@ -72,24 +72,23 @@ def _after_last_step(fit: Phase, nested: list[Phase], digests: list[StepDigest])
     return max([last] + [p.end for p in nested if p.kind != "epoch" and last < p.end <= fit.end + 1e-6])
 
 
-def stalls(fit: Phase | None, epochs: list[Phase], digests: list[StepDigest],
-           own: list[tuple[float, float]] | None = None, nested: list[Phase] | None = None,
-           arrays: bool = False, cpu_at: Callable[[float], float] | None = None,
-           pipeline: dict | None = None) -> Finding | None:
-    """Pauses in training: steps far above the fit's median (:data:`STALL_FACTOR` x, at least
-    :data:`STALL_MIN_SECONDS`), epochs that take that long from their start to the end of
+def fit_pauses(fit: Phase | None, epochs: list[Phase], digests: list[StepDigest],
+               own: list[tuple[float, float]] | None = None, nested: list[Phase] | None = None,
+               cpu_at: Callable[[float], float] | None = None) -> dict[float, dict]:
+    """Pauses in training, by when each began: steps far above the fit's median (:data:`STALL_FACTOR` x,
+    at least :data:`STALL_MIN_SECONDS`), epochs that take that long from their start to the end of
     their first step, a validation step that long against the validation's own median, and a wait
     that long after the fit's last step (or its last validation, of the phases ``nested`` in it)
     before it returned. The fit's first :data:`WARMUP_STEPS` steps and its first validation's
-    (tracing, building) are start-up, not stalls. Time inside ``own`` (the tool's own pauses) is
+    (tracing, building) are start-up, not pauses. Time inside ``own`` (the tool's own pauses) is
     not counted. ``cpu_at``: the job's cumulative CPU seconds at a time, for the cores it kept busy
-    in each pause; ``pipeline``: the fit's config (its tf.data pipeline's autotuning, Python ops)."""
+    in each pause (``cores_busy``)."""
     validations = sorted((p for p in nested or [] if p.kind == "evaluate"), key=lambda p: p.start)
     # A training step that spans a validation pass (the last of an epoch, timed to the next) is not a stall.
     own_training = (own or []) + [(p.start, p.end) for p in validations]
     own = own or []
     if fit is None or not fit.step_seconds_p50 or not epochs:
-        return None
+        return {}
     p50 = fit.step_seconds_p50
     limit = max(STALL_MIN_SECONDS, STALL_FACTOR * p50)
     warmup = {end for end, _ in first_steps(fit, digests)[:WARMUP_STEPS]}
@@ -142,6 +141,22 @@ def stalls(fit: Phase | None, epochs: list[Phase], digests: list[StepDigest],
     if cpu_at is not None:  # the cores the job kept busy through each pause
         for x in found.values():
             x["cores_busy"] = round(max(0.0, cpu_at(x["t"] + x["seconds"]) - cpu_at(x["t"])) / x["seconds"], 2)
+    return found
+
+
+def stalls(fit: Phase | None, epochs: list[Phase], digests: list[StepDigest],
+           own: list[tuple[float, float]] | None = None, nested: list[Phase] | None = None,
+           arrays: bool = False, cpu_at: Callable[[float], float] | None = None,
+           pipeline: dict | None = None) -> Finding | None:
+    """The fit's pauses (:func:`fit_pauses`) less the idle ones at iterator teardowns that came by chance
+    (:func:`_without_chance_teardowns`), where they lost :data:`STALL_MIN_LOST_SECONDS` or more.
+    ``pipeline``: the fit's config (its tf.data pipeline's autotuning, Python ops)."""
+    found = fit_pauses(fit, epochs, digests, own, nested, cpu_at)
+    if fit is None or not found or not fit.step_seconds_p50:
+        return None
+    p50 = fit.step_seconds_p50
+    limit = max(STALL_MIN_SECONDS, STALL_FACTOR * p50)
+    if cpu_at is not None:
         found = _without_chance_teardowns(found)
     lost = sum(max(0.0, x["seconds"] - p50) for x in found.values())
     if not found or lost < STALL_MIN_LOST_SECONDS:
@@ -259,6 +274,26 @@ def _startup_dominated(f: RunFacts) -> Finding | None:
 
 @rule("stalls", category="performance", explains_idle=True, version=4)
 def _stalls(f: RunFacts) -> Finding | None:
+    found = _pause_inputs(f)
+    if found is None:
+        return None
+    return stalls(**found, arrays=(f.fit_config or {}).get("dataset") is False, pipeline=dict(f.fit_config or {}))
+
+
+def teardown_waits(f: RunFacts) -> list[dict]:
+    """The fit's idle pauses where an iterator is deleted (:func:`at_teardown`, under
+    :data:`TEARDOWN_IDLE_CORES`): the job waited on TensorFlow there, it did not train (by chance or
+    not: the ``stalls`` finding's to say)."""
+    found = _pause_inputs(f)
+    if found is None or found["cpu_at"] is None:
+        return []
+    return [x for x in fit_pauses(**found).values()
+            if at_teardown(x) and x.get("cores_busy", TEARDOWN_IDLE_CORES) < TEARDOWN_IDLE_CORES]
+
+
+def _pause_inputs(f: RunFacts) -> dict | None:
+    """What :func:`fit_pauses` reads of a run: its fit, epochs, steps, the tool's own pauses, the phases
+    nested in the fit and the job's CPU over time. None without a fit."""
     if f.fit is None:
         return None
     index = f.phases.index(f.fit)
@@ -272,7 +307,7 @@ def _stalls(f: RunFacts) -> Finding | None:
     # A step that traced (and compiled) its function is start-up or retracing, not a stall.
     own += [(e.t - float(e.read(Trace).get("seconds") or 0.0), e.t) for e in f.of_kind(Kind.TRACE)]
     series = f.samples if len(f.samples) > 1 else None
-    return stalls(f.fit, [p for p in f.phases if p.kind == "epoch" and p.parent == index], f.step_digests, own,
-                  nested=[p for p in f.phases if f.fit.start <= p.start and p.end <= f.fit.end + 1e-6 and p is not f.fit],
-                  arrays=(f.fit_config or {}).get("dataset") is False,
-                  cpu_at=(lambda t: cpu_at(series, t)) if series is not None else None, pipeline=dict(f.fit_config or {}))
+    return {"fit": f.fit, "epochs": [p for p in f.phases if p.kind == "epoch" and p.parent == index],
+            "digests": f.step_digests, "own": own,
+            "nested": [p for p in f.phases if f.fit.start <= p.start and p.end <= f.fit.end + 1e-6 and p is not f.fit],
+            "cpu_at": (lambda t: cpu_at(series, t)) if series is not None else None}

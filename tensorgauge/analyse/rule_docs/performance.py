@@ -278,7 +278,8 @@ DOCS = (
                  "everything after; by default it is not timed (a second trace costs seconds) and the finding "
                  "says so.",
         thresholds=(
-            f"moderate: a median step under {SMALL_STEP_SECONDS * 1000:g} ms on a batch of {SMALL_BATCH} or fewer",
+            f"moderate: a median step under {d.SMALL_STEP_UNTRIED_SECONDS * 1000:g} ms on a batch of {SMALL_BATCH} or "
+            f"fewer; under {SMALL_STEP_SECONDS * 1000:g} ms where the trial (`--diagnose`) measured a gain",
             f"none when the measured trial gains less than {d.SPE_MIN_GAIN:g}x",
             f"low when the measured fix would save less than {pct(d.SMALL_BATCH_MIN_SHARE)} of the fit's time",
         ),
@@ -301,7 +302,10 @@ DOCS = (
                 "thread limits, oversubscription, tiny steps, XLA nor pauses account for it. Often the model is "
                 "too small to spread over the cores, or the job waits on something outside the process.",
         measured="The fit's mean cores busy against the cores allowed (CPU affinity and cgroup quota). Other "
-                 "processes' work on the job's CPUs counts as busy: cores another process takes are not idle.",
+                 "processes' work on the job's CPUs counts as busy: cores another process takes are not idle. "
+                 "Idle waits where an iterator is deleted (an epoch's start, a validation pass's end, fit's "
+                 "return) are left out: the job waited on TensorFlow there, it did not train (`stalls` "
+                 "reports them where they repeat).",
         thresholds=(
             f"moderate: the fit (of a second or more) keeps under {pct(d.IDLE)} of the allowed cores busy, with "
             "the machine's other work on them counted",
