@@ -189,6 +189,9 @@ def test_the_excursions_are_the_fits_own_next_steps_on_batches_pulled_ahead(monk
                for c in event["compute_step_seconds"])
     assert all(r == pytest.approx([0.010] * input_ab.REAL_STEPS) for r in event["real_step_seconds"])
     assert ab_verdict(event)["input_share"] == pytest.approx(0.4) and event["cost_seconds"] == 0
+    # The steps between the timed ones are timed too, for the verdict over the whole span (see below).
+    seconds, steps = event["untimed_steps"]
+    assert steps >= 2 * input_ab.SETTLE_STEPS and seconds / steps == pytest.approx(0.010)
     # The tool's pauses: the batch captured (no time on this clock), then each pull of an excursion's six
     # batches (6 x 4 ms), not its steps.
     assert [round(a - b, 6) for a, b in event["excursions_before"]] == [0.0] + [0.024] * 3
@@ -380,6 +383,31 @@ def test_the_rounds_a_verdict_needs_are_not_refused_by_an_estimate(monkeypatch, 
 
 def ab_event(real, compute):
     return {"real_step_seconds": [[r] * 10 for r in real], "compute_step_seconds": [[c] * 5 for c in compute]}
+
+
+def test_rounds_that_disagree_on_a_cost_the_whole_span_bears_out_establish_it():
+    """keras-io's wide-and-deep program, input 52-75% of its training by a bare A/B: a pipeline whose speed
+    swings within the fit, rounds of 0, 73 and -2% (real steps of 1.8, 8.4 and 1.7 ms) and "within noise"
+    in 4 runs of 5. Over every step the A/B spanned, 4.0 ms a step against 1.9 ms compute-only."""
+    swinging = {"real_step_seconds": [[0.0018] * 21, [0.0084] * 21, [0.0017] * 21],
+                "compute_step_seconds": [[0.0018] * 9, [0.0023] * 9, [0.0017] * 9]}
+    assert ab_verdict(swinging)["verdict"].startswith("within noise")  # the rounds alone
+    verdict = ab_verdict({**swinging, "untimed_steps": [0.0040 * 80, 80]})
+    assert verdict["established"] and verdict["spanned"] and verdict["verdict"].startswith("input costs the steps, over")
+    assert verdict["input_share"] == pytest.approx(1 - 0.0018 / ((0.32 + 21 * 0.0119) / 143), abs=1e-3)
+    # The span's other steps as fast as the compute-only ones: the rounds' swing was not the fit's.
+    assert not ab_verdict({**swinging, "untimed_steps": [0.0017 * 400, 400]})["established"]
+    # A healthy fit with one odd round: the rounds' means within a fifth of each other, whatever the span.
+    odd = {"real_step_seconds": [[0.013] * 10, [0.020] * 10, [0.013] * 10, [0.0128] * 10],
+           "compute_step_seconds": [[0.0135] * 5] * 4, "untimed_steps": [0.030 * 40, 40]}
+    assert not ab_verdict(odd)["established"]
+
+
+def test_the_untimed_steps_leave_pauses_out():
+    ab = InputAB(FakeModel(Clock(), 0.01, 0.01), None, 5, allowance_seconds=None)
+    ab.untimed = [0.01] * 5 + [5.0]  # an epoch's start that waited 5 s
+    assert ab._untimed([[0.01] * 8]) == [pytest.approx(0.05), 5]
+    assert InputAB(FakeModel(Clock(), 0.01, 0.01), None, 5, allowance_seconds=None)._untimed([[0.01]]) is None
 
 
 def test_rounds_whose_neighbours_came_or_went_are_left_out_of_the_verdict():

@@ -79,6 +79,7 @@ AFTER_FIT_MIN_STEPS = 9  # a fit with fewer timed steps left than this gets no v
 STASH_MAX_BYTES = 64 << 20
 # The longest wait for the pipeline to refill its buffers after a pull: twice the pull, at least 50 ms.
 QUIET_PER_PULL, QUIET_MIN_SECONDS = 2.0, 0.05
+UNTIMED_OUTLIER = 10.0  # an untimed step this many times the real steps' median is a pause, not a step
 CAPTURED = "a batch the fit produced"
 PULLED = "the fit's own next batches, pulled ahead"
 
@@ -159,6 +160,7 @@ class InputAB:
         self.spec = None  # the element spec of fit's own iterator
         self.settled = SETTLE_STEPS  # the most real steps left untimed after an excursion
         self.gaps: list[float] = []  # between a timed real step's end and the next one's start (Keras' loop)
+        self.untimed: list[float] = []  # the fit's steps between the rounds' timed ones (settling), each's seconds
         self.last_end: float | None = None
         self.iterator: object | None = None  # the cached batch, repeated
         self.batch_bytes: int | None = None  # what the captured batch holds
@@ -221,7 +223,10 @@ class InputAB:
                 return self._capture(original, iterator)
             if not self.timing:
                 self.last_end = None
-                return original(iterator)
+                start = time.monotonic()
+                logs = original(iterator)
+                self.untimed.append(time.monotonic() - start)
+                return logs
             if not self.real[-1]:
                 self.block_began = machine_load.mark()
             start = time.monotonic()
@@ -517,8 +522,19 @@ class InputAB:
                        cost_seconds=round(self.cost, 4), allowance_seconds=self.allowance_seconds,
                        setup_seconds=round(self.setup_seconds, 4), source=self.source, shapes=self.shapes,
                        settle_steps=self.settled, after_fit=self.after_fit, other_cores=self.other_cores,
+                       untimed_steps=self._untimed(real),
                        excursions_before=[[round(now - a, 6), round(now - b, 6)]
                                               for a, b in self.excursions + self.own_pauses])
+
+    def _untimed(self, real: list[list[float]]) -> list[float] | None:
+        """``[seconds, steps]`` of the fit's untimed steps over the A/B, those over :data:`UNTIMED_OUTLIER` x
+        the real steps' median left out (a pause at an epoch's start is no step's input); None without any."""
+        timed = [t for r in real for t in r]
+        if not self.untimed or not timed:
+            return None
+        bound = UNTIMED_OUTLIER * statistics.median(timed)
+        kept = [t for t in self.untimed if t <= bound]
+        return [round(sum(kept), 6), len(kept)]
 
     def median_share(self) -> float:
         """Input's share of the real step so far (the analysis gives the verdict; this sizes the follow-up)."""

@@ -244,6 +244,7 @@ class InputAB(Common, total=False):
     setup_seconds: float  # the first excursion's making of the cached batch (in cost_seconds, paid once)
     excursions_before: list[list[float]]  # seconds before this event each excursion began and ended: the tool's pauses
     other_cores: list[list[float | None]]  # per round: cores other processes kept busy in its real, compute-only steps
+    untimed_steps: list[float] | None  # [seconds, steps] of the fit's steps between the timed ones (pauses left out)
     skipped: str  # why there is no A/B (a fit too short, the cost bound)
     error: str
 
