@@ -298,7 +298,9 @@ class InputAB:
         self.stash_began = ended = self.clock()
         self.stash_cost = built - pulled
         self.cost += self.stash_cost
-        self.own_pauses.append([began, ended])  # the wait for the batches: paid ahead, not a stall
+        # The tool's pause: the making of the stash and the wait for the refill. Not the pull: its waits are the
+        # fit's own for those batches, paid ahead (and an epoch's start that fell in it stays the job's stall).
+        self.own_pauses.append([pulled, ended])
 
     def _stashed_step(self, original):
         """One of the fit's steps on its batch pulled ahead: a compute-only step, timed to its end."""
