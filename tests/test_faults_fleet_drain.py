@@ -140,3 +140,33 @@ def test_the_drain_waits_for_the_transaction_under_way_to_commit(tmp_path):
         assert [r["complete"] for r in shipper.committed if r] == [True]
     finally:
         store.close()
+
+
+class _BusyAtFirstShipper(Shipper):
+    """A store whose connection slots are all taken until ``free_at`` (monotonic): it serves others."""
+
+    free_at = 0.0
+    refusal = "FATAL: sorry, too many clients already"
+
+    def _commit(self, store, batches, record):
+        if time.monotonic() < self.free_at:
+            raise StoreUnreachable(self.refusal)
+        return batches[-1][0] if batches else None
+
+
+def test_a_store_busy_with_other_workers_is_waited_for_longer_than_one_that_is_down(tmp_path):
+    """30 workers ending at once on 10 slots: one waited over 15 s for a free slot (1 CI run in 3) and
+    left its run in its spool. Refusals for lack of slots stretch the stall window fourfold; a store
+    that does not answer still costs one."""
+    busy = type("Busy", (_BusyAtFirstShipper,), {"free_at": time.monotonic() + 1.2})
+    store = _store(tmp_path, busy, 3)
+    try:
+        assert store.drain(timeout_seconds=120.0, stall_seconds=0.5) is True
+    finally:
+        store.close()
+    down = type("Down", (_BusyAtFirstShipper,), {"free_at": time.monotonic() + 1.2, "refusal": "connection refused"})
+    store = _store(tmp_path / "down", down, 3)
+    try:
+        assert store.drain(timeout_seconds=120.0, stall_seconds=0.5) is False
+    finally:
+        store.close()

@@ -94,6 +94,15 @@ _FATAL = ("password authentication failed", "authentication failed", "no pg_hba.
           "unsupported", "requires a password", "no password supplied")
 
 
+_BUSY = ("too many clients", "remaining connection slots", "too many connections", "the database system is starting")
+
+
+def busy(text: str) -> bool:
+    """Whether a refusal says the server is up and serving others (its connection slots taken) or about to
+    be (starting): a transaction of ours will come, unlike from a server that does not answer."""
+    return any(word in text.lower() for word in _BUSY)
+
+
 def transient(exc: BaseException) -> bool:
     """Whether a failed connection is worth retrying (the server is busy, starting, or not answering)
     rather than the user's to fix (a wrong password, a missing database, a bad URL)."""

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tensorgauge.errors import StoreError, StoreUnreachable
 from tensorgauge.model import Event, RunRecord, Sample
-from tensorgauge.store.postgres import PostgresBackend
+from tensorgauge.store.postgres import PostgresBackend, busy
 from tensorgauge.store.runs import (
     _INSERT_EVENT,
     _INSERT_SAMPLE,
@@ -42,6 +42,9 @@ RETRY_MAX_SECONDS = 10.0
 DRAIN_RETRY_SECONDS = 1.0  # at a run's end, waiting on the store is all that is left: it is tried this often
 CLOSE_WAIT_SECONDS = 5.0  # at close, the longest wait for the shipper's transaction under way
 DRAIN_STALL_SECONDS = 15.0  # at a run's end: its spool is shipped while the store takes a transaction this often
+# ... this many times as long while the store refuses for lack of free connection slots: it is serving others.
+# 30 workers on 10 slots of a 2-core machine, each ending at once: one waited over 15 s for a slot in 1 run of 3.
+BUSY_STALL_FACTOR = 4
 
 
 def open_for_recording(url: str) -> SpooledStore:
@@ -199,16 +202,19 @@ class SpooledStore(Store):
 
     def drain(self, timeout_seconds: float, stall_seconds: float = DRAIN_STALL_SECONDS) -> bool:
         """Ship now and wait until the spool is empty (True): as long as the store takes a transaction at
-        least every ``stall_seconds``, for ``timeout_seconds`` at most (False: the rest waits in the spool).
-        A backlog the store is taking is shipped to its end; a store that refuses costs ``stall_seconds``."""
+        least every ``stall_seconds`` (:data:`BUSY_STALL_FACTOR` times that while it refuses for lack of free
+        connection slots), for ``timeout_seconds`` at most (False: the rest waits in the spool). A backlog
+        the store is taking is shipped to its end; a store that refuses costs the stall window."""
         shipper = self.shipper
         if shipper is None:
             return True
         began = time.monotonic()
         self._draining = True
         self._wake.set()  # at once; then every DRAIN_RETRY_SECONDS at most while the store refuses
-        while (time.monotonic() < began + timeout_seconds and shipper.stalled_seconds(began) < stall_seconds
-               and not self._shipped_all()):
+        while time.monotonic() < began + timeout_seconds and not self._shipped_all():
+            serving = self.ship_error is not None and busy(self.ship_error)  # others, for now
+            if shipper.stalled_seconds(began) >= stall_seconds * (BUSY_STALL_FACTOR if serving else 1):
+                break
             time.sleep(0.05)
         return self._shipped_all()
 
