@@ -84,17 +84,15 @@ def scrub(text: str, url: str) -> str:
 # 57P03 cannot_connect_now (starting, stopping, in recovery), 53xxx out of resources, and a server that does
 # not answer at all. The user's to fix (fails fast): 28P01/28000 authentication, 3D000 no such database, a
 # malformed URL, a host name that does not resolve.
-_TRANSIENT = ("too many clients", "remaining connection slots", "too many connections", "the database system is",
-              "connection refused", "timeout expired", "timed out", "server closed the connection",
-              "no route to host", "network is unreachable", "could not receive data", "out of memory",
+# The server up and serving others (its connection slots taken) or about to be (starting).
+_BUSY = ("too many clients", "remaining connection slots", "too many connections", "the database system is starting")
+_TRANSIENT = (*_BUSY, "the database system is", "connection refused", "timeout expired", "timed out",
+              "server closed the connection", "no route to host", "network is unreachable", "could not receive data", "out of memory",
               "could not fork", "terminating connection", "connection reset", "server is shutting down",
               "could not send data", "cannot connect now", "not currently accepting connections")
 _FATAL = ("password authentication failed", "authentication failed", "no pg_hba.conf entry", "does not exist",
           "permission denied", "invalid", "failed to resolve host", "could not translate host name", "ssl",
           "unsupported", "requires a password", "no password supplied")
-
-
-_BUSY = ("too many clients", "remaining connection slots", "too many connections", "the database system is starting")
 
 
 def busy(text: str) -> bool:
