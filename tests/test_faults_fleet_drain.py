@@ -158,13 +158,13 @@ def test_a_store_busy_with_other_workers_is_waited_for_longer_than_one_that_is_d
     """30 workers ending at once on 10 slots: one waited over 15 s for a free slot (1 CI run in 3) and
     left its run in its spool. Refusals for lack of slots stretch the stall window fourfold; a store
     that does not answer still costs one."""
-    busy = type("Busy", (_BusyAtFirstShipper,), {"free_at": time.monotonic() + 1.2})
+    busy = type("Busy", (_BusyAtFirstShipper,), {"free_at": time.monotonic() + 0.7})  # a retry every ~1 s
     store = _store(tmp_path, busy, 3)
     try:
         assert store.drain(timeout_seconds=120.0, stall_seconds=0.5) is True
     finally:
         store.close()
-    down = type("Down", (_BusyAtFirstShipper,), {"free_at": time.monotonic() + 1.2, "refusal": "connection refused"})
+    down = type("Down", (_BusyAtFirstShipper,), {"free_at": time.monotonic() + 3.0, "refusal": "connection refused"})
     store = _store(tmp_path / "down", down, 3)
     try:
         assert store.drain(timeout_seconds=120.0, stall_seconds=0.5) is False
