@@ -68,7 +68,10 @@ def test_phase_cpu_matches_what_the_job_measured(keras_run):
     total = report.record.cpu_seconds_total
     teardown_wall, teardown_cpu = shutdown(report.events, total, report.record.wall_seconds)
     assert teardown_cpu > 0
-    assert sum(p.cpu_seconds for p in top) + remainder + teardown_cpu == pytest.approx(total, rel=0.02)
+    # Each phase's reading is allowed 2% or two ticks (above): their sum is allowed the sum of those (a flat
+    # 2% of the total failed once in CI: 95 ms off, 2.03%).
+    allowed = sum(max(0.02 * p.cpu_seconds, 0.02) for p in top) + 0.02 * (remainder + teardown_cpu)
+    assert sum(p.cpu_seconds for p in top) + remainder + teardown_cpu == pytest.approx(total, abs=allowed)
 
 
 def test_fit_has_epochs_validation_and_every_step(keras_run):
