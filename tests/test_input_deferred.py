@@ -3,6 +3,8 @@ cost the tool-cost benchmark's warm-up fit paid for a verdict the analysis then 
 exit; on fakes, and on a real Keras job under ``tensorgauge run``."""
 
 import functools
+import itertools
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -14,15 +16,18 @@ from test_input_window import Clock, FakeModel, quiet_machine  # noqa: F401 (aut
 from tensorgauge.analyse.run_report import RunReport
 from tensorgauge.hook import input_ab, input_window
 from tensorgauge.hook.listeners import FitCall
+from tensorgauge.hook.protocol import INPUT_MODERATE, round_share, share_interval
 from tensorgauge.store import Store
 
 JOBS = Path(__file__).parent / "jobs"
 
 
 @pytest.fixture
-def fits(monkeypatch, events):
+def fits(monkeypatch, events, request):
     """``fit(steps)``: a fit of ``steps`` 30 ms steps (5 ms compute-only) on one fake model, through the hook's
-    input diagnosis with the real A/B, on a fake clock."""
+    input diagnosis with the real A/B, on a fake clock; an indirect ``request.param``: the real steps' seconds,
+    in turn, in place of 30 ms."""
+    real_steps = itertools.cycle(request.param) if getattr(request, "param", None) else None
     clock = Clock()
     for module in (input_window, input_ab):
         monkeypatch.setattr(module.time, "monotonic", clock)
@@ -34,6 +39,8 @@ def fits(monkeypatch, events):
     monkeypatch.setenv("TENSORGAUGE_DIAGNOSE", "auto")
     monkeypatch.setattr(input_window._InputDiagnosis, "done", False)
     monkeypatch.setattr(input_window._InputDiagnosis, "longest_tried", 0.0)
+    monkeypatch.setattr(input_window._InputDiagnosis, "open_fits", 0)
+    monkeypatch.setattr(input_window._InputDiagnosis, "stages_timed", False)
     monkeypatch.setattr(input_window._Deferred, "held", None)
     model = FakeModel(clock, 0.030, 0.005)
     steps = model.train_function
@@ -41,6 +48,8 @@ def fits(monkeypatch, events):
 
     def counted(iterator):
         model.compute_only += iterator == "cached"
+        if real_steps is not None and iterator != "cached":
+            model.real = next(real_steps)
         return steps(iterator)
 
     model.train_function = counted
@@ -48,11 +57,13 @@ def fits(monkeypatch, events):
     def fit(steps: int) -> None:
         call = FitCall(model=model, keras_callbacks=None, kwargs={"steps_per_epoch": steps, "epochs": 1},
                        fit_input=(None, None, 32))
-        listener = input_window._InputDiagnosis(call, unbounded=False)
+        listener = input_window._input_listener(call)  # None once a fit's measure settled it
         for step in range(steps):
-            listener.on_train_batch_begin(model, 0, step)
+            if listener is not None:
+                listener.on_train_batch_begin(model, 0, step)
             model.train_function("real")
-        listener.on_train_end(model)
+        if listener is not None:
+            listener.on_train_end(model)
 
     return model, fit, events
 
@@ -75,6 +86,41 @@ def test_a_short_fits_compute_only_steps_wait_and_a_later_fits_rounds_replace_th
     assert model.compute_only == compute_steps  # the first fit's excursions never ran
     input_window.flush_deferred()  # at exit: nothing held
     assert not events()
+
+
+def measured(events) -> list[dict]:
+    return [e for e in events() if e["kind"] == "input_ab" and e.get("real_step_seconds")]
+
+
+# Real steps of 3 to 7.5 ms against 5 ms compute-only, drawn at random: rounds whose interval straddles 5% (a
+# pipeline whose speed swings within a fit).
+_DRAW = random.Random(7)
+SWINGING = [_DRAW.uniform(0.003, 0.0075) for _ in range(997)]
+
+
+@pytest.mark.parametrize("fits", [SWINGING], indirect=True)
+def test_a_fit_whose_rounds_leave_the_verdict_open_has_later_fits_measure_again(fits):
+    model, fit, events = fits
+    fit(200)
+    (first,) = measured(events)
+    low, high = share_interval([round_share(r, c) for r, c in
+                               zip(first["real_step_seconds"], first["compute_step_seconds"])])
+    assert low < INPUT_MODERATE <= high  # open
+    fit(200)  # not longer than the first: measures all the same
+    fit(30)  # no room for rounds: the verdict so far stands, no after-fit A/B is held
+    fit(200)
+    fit(200)  # MAX_AB_FITS have measured: no more
+    assert 1 + len(measured(events)) == input_window.MAX_AB_FITS  # (events() gives those not read before)
+    input_window.flush_deferred()
+    assert not events()
+    assert input_window._InputDiagnosis.done
+
+
+def test_a_fit_whose_rounds_settle_the_verdict_is_the_only_one_measured(fits):
+    model, fit, events = fits
+    fit(200)  # 30 ms steps against 5 ms compute-only: established at once
+    fit(400)
+    assert len(measured(events)) == 1 and input_window._InputDiagnosis.done
 
 
 def test_a_held_ab_is_measured_at_exit_when_no_later_fit_measures(fits):

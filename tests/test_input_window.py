@@ -605,6 +605,8 @@ def test_a_later_fit_tries_the_ab_only_when_it_is_expected_to_last_twice_as_long
     monkeypatch.setenv("TENSORGAUGE_DIAGNOSE", "auto")
     monkeypatch.setattr(input_window._InputDiagnosis, "done", False)
     monkeypatch.setattr(input_window._InputDiagnosis, "longest_tried", 0.0)
+    monkeypatch.setattr(input_window._InputDiagnosis, "open_fits", 0)
+    monkeypatch.setattr(input_window._InputDiagnosis, "stages_timed", False)
     started = []
     monkeypatch.setattr(input_window, "InputAB", lambda *args, **kwargs: started.append(args) or type(
         "AB", (), {"active": False, "measured": False, "after_fit": False, "on_step_begin": lambda self: False,
@@ -670,6 +672,26 @@ def test_an_ab_in_rounds_is_preferred_to_a_warm_up_fits_steps_after_it():
     assert split["rounds"] == 5 and not split["established"] and "blocks" not in split["measured_by"]
     only = input_split(events_with(("input_ab", warm_up), ("input_ab", {"skipped": "too short"})), [fit()])
     assert only["established"] and "blocks against" in only["measured_by"]
+
+
+def test_fits_that_measured_again_give_the_first_established_cost_else_their_rounds_pooled():
+    """A fit's rounds left the verdict open, so later fits measured again: the first to establish a cost
+    tells (keras-io's wide-and-deep program: a first fit that waited for almost nothing, later ones 30-50%);
+    where none does, their rounds pooled narrow the interval. Their cost is counted together."""
+    open_ = {**ab_event([0.0100, 0.0108, 0.0092], [0.0100] * 3), "cost_seconds": 0.1, "allowance_seconds": 0.4}
+    costly = {**ab_event([0.020] * 3, [0.010] * 3), "cost_seconds": 0.2, "allowance_seconds": 0.4}
+    assert not ab_verdict(open_)["established"]
+    split = input_split(events_with(("input_ab", open_), ("input_ab", costly), ("input_ab", open_)), [fit()])
+    assert split["established"] and split["input_share"] == pytest.approx(0.5)
+    assert "in fit 2 of the 3 that measured" in split["measured_by"] and split["ab_fits"] == 3
+    assert split["cost_seconds"] == pytest.approx(0.4) and split["allowance_seconds"] == pytest.approx(1.2)
+    alone = ab_verdict(open_)
+    pooled = input_split(events_with(("input_ab", open_), ("input_ab", open_)), [fit()])
+    assert not pooled["established"] and pooled["rounds"] == 2 * alone["rounds"]
+    assert "over the 2 fits that measured" in pooled["measured_by"]
+    # More rounds of the same spread: a narrower interval.
+    width = [v["input_share_interval"][1] - v["input_share_interval"][0] for v in (alone, pooled)]
+    assert width[1] < width[0]
 
 
 def test_the_pooled_share_lies_within_the_rounds_shares():

@@ -105,7 +105,7 @@ def _step_split(events: list[Event], phases: list[Phase], diagnosis: str | None)
     tried = payloads(events, InputAB)
     measured = [d for d in tried if d.get("real_step_seconds")]
     in_rounds = [d for d in measured if not d.get("after_fit")]  # preferred to a short fit's steps after it
-    ab = in_rounds[0] if in_rounds else measured[0] if measured else tried[-1] if tried else None
+    ab, where = measured_ab(in_rounds) if in_rounds else (measured[0] if measured else tried[-1] if tried else None, "")
     window = _first(events, InputProbe)
     if ab is None:
         if window is not None and window.get("step_seconds"):  # a run recorded before the A/B
@@ -120,6 +120,9 @@ def _step_split(events: list[Event], phases: list[Phase], diagnosis: str | None)
     verdict = ab_verdict(ab)
     how = (f"A/B: the fit's steps in {verdict['rounds']} blocks against as many compute-only steps run as it ended"
            if ab.get("after_fit") else f"A/B: {verdict['rounds']} rounds of real and compute-only steps")
+    if where:
+        verdict["ab_fits"] = len(in_rounds)
+        how += where
     split: dict = {"measured": True, "measured_by": f"{how} on {ab.get('source') or 'one cached batch'}", **verdict,
                    "profiled_wait_seconds": None, "input_threads_busy_seconds": None,
                    "cost_seconds": ab.get("cost_seconds"), "allowance_seconds": ab.get("allowance_seconds")}
@@ -131,6 +134,36 @@ def _step_split(events: list[Event], phases: list[Phase], diagnosis: str | None)
     elif window is not None:
         split["profiler"] = "not run: " + str(window.get("skipped") or window.get("error"))
     return split
+
+
+def measured_ab(in_rounds: list[InputAB]) -> tuple[InputAB, str]:
+    """(the A/B a verdict stands on, where it was measured: "" for one fit's) of those that measured in rounds:
+    one, or where the rounds of a fit left the verdict open and later fits measured again
+    (:mod:`tensorgauge.hook.input_window`), the first that establishes a cost, else every fit's rounds pooled
+    as one A/B's, whose interval they narrow. What they cost is theirs together."""
+    if len(in_rounds) == 1:
+        return in_rounds[0], ""
+    cost = round(sum(d.get("cost_seconds") or 0.0 for d in in_rounds), 4)
+    allowed = [d.get("allowance_seconds") for d in in_rounds]
+    together: dict = {"cost_seconds": cost,
+                      "allowance_seconds": None if None in allowed else round(sum(allowed), 4)}  # type: ignore[arg-type]
+    found = next((d for d in in_rounds if ab_verdict(d)["established"]), None)
+    if found is not None:
+        where = f" in fit {in_rounds.index(found) + 1} of the {len(in_rounds)} that measured"
+        return {**found, **together}, where
+    pooled: dict = {**in_rounds[0], **together, "real_step_seconds": [],
+                    "compute_step_seconds": [], "other_cores": [], "excursions_before": [], "untimed_steps": None}
+    for d in in_rounds:
+        real = d.get("real_step_seconds") or []
+        loads = list(d.get("other_cores") or [])
+        pooled["real_step_seconds"] += real
+        pooled["compute_step_seconds"] += d.get("compute_step_seconds") or []
+        pooled["other_cores"] += loads[:len(real)] + [None] * (len(real) - len(loads))
+        untimed = d.get("untimed_steps")
+        if untimed:
+            seconds, steps = pooled["untimed_steps"] or [0.0, 0]
+            pooled["untimed_steps"] = [seconds + untimed[0], steps + untimed[1]]
+    return pooled, f" over the {len(in_rounds)} fits that measured"  # type: ignore[return-value]
 
 
 # Rounds among which one that disagrees is outvoted for three times the threshold (of four, three agreed on

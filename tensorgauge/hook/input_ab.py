@@ -538,6 +538,16 @@ class InputAB:
         kept = [t for t in self.untimed if t <= bound]
         return [round(sum(kept), 6), len(kept)]
 
+    def conclusive(self) -> bool:
+        """The undisturbed rounds' 95% interval is clear of :data:`INPUT_MODERATE`, either way: rounds in a
+        later fit could not turn the verdict (see :mod:`.input_window`)."""
+        shares = [round_share(self.real[i], self.compute[i]) for i in self._clean()
+                  if i < len(self.real) and self.real[i] and self.compute[i]]
+        if len(shares) < MIN_ROUNDS:
+            return False
+        low, high = share_interval(shares)
+        return low >= INPUT_MODERATE or high < INPUT_MODERATE
+
     def median_share(self) -> float:
         """Input's share of the real step so far (the analysis gives the verdict; this sizes the follow-up)."""
         real = [t for r in self.real[: len(self.compute)] for t in r]

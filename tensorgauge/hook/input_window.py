@@ -2,7 +2,8 @@
 
 On by default (``$TENSORGAUGE_DIAGNOSE`` = ``auto``; ``tensorgauge run
 --no-diagnose`` turns it off), in the first TensorFlow ``fit`` of a process,
-after :data:`WINDOW_START` warm-up steps:
+after :data:`WINDOW_START` warm-up steps (and in up to :data:`MAX_AB_FITS` fits in all where the rounds
+of those before left the verdict open):
 
 - the A/B (:mod:`.input_ab`): real steps against compute-only steps on one
   cached batch, interleaved in rounds, its cost kept within the allowance as it
@@ -42,6 +43,11 @@ from tensorgauge.hook.protocol import INPUT_MODERATE, WINDOW_START, Kind
 from tensorgauge.hook.stage_costs import is_pydataset, measure_pydataset, measure_stages
 
 KEPT_STARTS = 200
+# Fits whose A/B may measure in rounds: a later fit measures again while the rounds so far leave the verdict
+# open (their interval straddles INPUT_MODERATE). keras-io's wide-and-deep program trains three models, one
+# fit each, on a CSV pipeline whose cost swings: its first fit waited for almost nothing in 1 run of 5 (2.0 ms
+# steps against 2.1 ms compute-only), the two after it paid 30-50% (bare, each fit: 52-75%).
+MAX_AB_FITS = 3
 COST_SHARE, COST_FLOOR_SECONDS = 0.01, 0.4
 EXPLAIN_FROM_SHARE = 0.05  # an input cost the A/B measured this large is worth a profiler window to explain
 
@@ -84,10 +90,13 @@ class _InputDiagnosis(FitListener):
     for; runs them; then, with --diagnose, a profiler window where the A/B found a cost. Once one fit
     of the process has measured, no other tries; until then, a fit tries when it is expected to last at
     least twice as long as the longest that tried (a warm-up fit is often too short, the real one after
-    it long enough; a sweep of equal fits tries once)."""
+    it long enough; a sweep of equal fits tries once). A fit whose rounds leave the verdict open is no
+    such measure: the next fit with room for rounds measures again, up to :data:`MAX_AB_FITS` fits."""
 
-    done = False  # measured: once per process
+    done = False  # measured: no other fit tries
     longest_tried = 0.0  # the expected seconds of the longest fit that tried and did not measure
+    open_fits = 0  # fits that measured in rounds and left the verdict open (see InputAB.conclusive)
+    stages_timed = False  # a fit's pipeline stages were timed: a later fit measuring again does not time them
 
     def __init__(self, call: FitCall, unbounded: bool):
         self.call, self.unbounded = call, unbounded
@@ -150,9 +159,12 @@ class _InputDiagnosis(FitListener):
         # its length so far: the bound then holds whatever its end.
         expected = (now - self.began) + step * (left or 0)
         rounds, why = rounds_plan(left, step)
+        if _InputDiagnosis.open_fits and not rounds:  # measuring again needs rounds: the verdict so far stands
+            self.decided = True
+            return
         # Rounds replace an earlier fit's after-fit A/B still held (at no more cost: its steps never run).
         replaces = _Deferred.held is not None and rounds > 0
-        if _InputDiagnosis.longest_tried and not replaces and \
+        if _InputDiagnosis.longest_tried and not replaces and not _InputDiagnosis.open_fits and \
                 (left is None or expected < 2 * _InputDiagnosis.longest_tried):
             self.decided = True  # not long enough to do better than the fit that tried before
             return
@@ -191,7 +203,10 @@ class _InputDiagnosis(FitListener):
         elif ab is not None:
             ab.finish()
             _Deferred.settle(ab)
-            _InputDiagnosis.done = _InputDiagnosis.done or (ab.measured and not ab.after_fit)
+            if ab.measured and not ab.after_fit:
+                _InputDiagnosis.open_fits += 0 if ab.conclusive() else 1
+                _InputDiagnosis.done = (_InputDiagnosis.done or ab.conclusive()
+                                        or _InputDiagnosis.open_fits >= MAX_AB_FITS)
         if self.window is not None:
             self.window.finish()
         if not self.decided or self.under_strategy:
@@ -232,6 +247,9 @@ class _InputDiagnosis(FitListener):
             channel().emit(Kind.INPUT_STAGES, skipped=f"{why}: no stage timed (tensorgauge run --diagnose times them)",
                            allowance_seconds=self.budget)
             return
+        if _InputDiagnosis.stages_timed:
+            return
+        _InputDiagnosis.stages_timed = True
         if is_pydataset(x):
             measure_pydataset(x, self.budget)
         else:
