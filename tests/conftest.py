@@ -86,8 +86,12 @@ def _worker_database(url: str, worker: str | None) -> str:
 
 def pytest_collection_modifyitems(config, items):
     """The files with the most TensorFlow jobs first (a stable sort: each file's tests stay together and in
-    order): run in parallel (``make test``), the long files start early and the short ones fill the end."""
+    order), and every test marked ``tf`` in one xdist group: run in parallel (``make test``, ``--dist
+    loadgroup``), one process runs the TensorFlow jobs one at a time, starting early, and the other the rest."""
     from collections import Counter
 
     jobs = Counter(item.nodeid.split("::")[0] for item in items if item.get_closest_marker("tf"))
     items.sort(key=lambda item: -jobs[item.nodeid.split("::")[0]])
+    for item in items:  # with --dist loadgroup, one process runs the TensorFlow jobs one at a time
+        if item.get_closest_marker("tf"):
+            item.add_marker(pytest.mark.xdist_group("tensorflow"))
