@@ -429,6 +429,30 @@ def test_rounds_whose_neighbours_came_or_went_are_left_out_of_the_verdict():
     assert one["established"] and one["disturbed_rounds"] == 1 and one["rounds"] == 4
 
 
+def test_disturbed_rounds_count_for_a_cost_their_disturbance_cannot_explain():
+    """The input-bound demo beside another test process: rounds of 92-99% (78 ms real steps against 4 ms
+    compute-only), two of four disturbed. A neighbour that kept one core more busy in the real steps of a
+    2-CPU machine can slow them 1.5x, twice that for what else it shares: 3x, not 20x. The same disturbance
+    on a healthy fit's 23% leaves it out; and disturbed rounds never turn a verdict into "no cost"."""
+    slow = ab_event([0.078, 0.080, 0.077, 0.081], [0.004] * 4)
+    busier_real = [[1.2, 0.2], [1.0, 1.0], [1.3, 0.3], [1.0, 1.0]]
+    found = ab_verdict({**slow, "other_cores": busier_real, "machine_cpus": 2})
+    assert found["established"] and found["rounds"] == 4 and found["disturbed_rounds_kept"] == 2
+    healthy = ab_verdict({**ab_event([0.048, 0.047, 0.049, 0.050], [0.037] * 4), "other_cores": busier_real,
+                          "machine_cpus": 2})
+    assert not healthy["established"] and healthy["rounds"] == 2 and healthy["disturbed_rounds_kept"] == 0
+    # 2.5x slower with a neighbour one core busier on a 1-CPU machine (bound 4x): left out.
+    assert not ab_verdict({**ab_event([0.010] * 3, [0.004] * 3), "machine_cpus": 1,
+                           "other_cores": [[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]]})["established"]
+    # A neighbour busier in the compute-only steps can only hide input: the round counts for a cost.
+    hidden = ab_verdict({**ab_event([0.048, 0.047, 0.049, 0.050], [0.037] * 4), "machine_cpus": 2,
+                         "other_cores": [[0.2, 1.2], [1.0, 1.0], [0.3, 1.3], [1.0, 1.0]]})
+    assert hidden["established"] and hidden["disturbed_rounds_kept"] == 2
+    none = ab_verdict({**ab_event([0.037] * 4, [0.037] * 4), "machine_cpus": 2,
+                       "other_cores": [[0.2, 1.2], [1.0, 1.0], [0.3, 1.3], [1.0, 1.0]]})
+    assert not none["established"] and none["rounds"] == 2 and none["verdict"].startswith("within noise")
+
+
 def test_the_verdict_is_established_only_when_every_round_agrees():
     clear = ab_verdict(ab_event([0.010, 0.011, 0.010, 0.012, 0.010], [0.007] * 5))
     assert clear["established"] and clear["input_share_low"] > 0.25

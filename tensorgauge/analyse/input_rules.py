@@ -298,7 +298,7 @@ def backend_input_bound(timed: FitInput, fit: Phase, allowed: float) -> Finding 
                       "the step without its wait)")
 
 
-@rule("input_bound", category="performance", version=11, explains_idle=True)  # 11: fits that measured again
+@rule("input_bound", category="performance", version=12, explains_idle=True)  # 12: disturbed rounds beyond their disturbance
 def _input_bound(f: RunFacts) -> Finding | None:
     if f.fit is not None and f.fit.name == TRAIN_LOOP:
         return loop_input_bound(f.last(LoopInput), f.fit, f.cores_allowed, f.fit_config, f.input_split)

@@ -30,6 +30,7 @@ from tensorgauge.hook.protocol import (
     Kind,
     LoopInput,
     P,
+    beyond_disturbance,
     disturbed_round,
     one_line,
     round_share,
@@ -174,6 +175,18 @@ MAJORITY = 0.6  # of the rounds, for a pooled share of four times the threshold
 
 
 def ab_verdict(ab: InputAB) -> dict:
+    """What the A/B's rounds say (:func:`_rounds_verdict`), its disturbed rounds left out; where that
+    establishes no cost, with those of them whose disturbance cannot explain their share
+    (:func:`~tensorgauge.hook.protocol.beyond_disturbance`) counted too, if they establish one. They count only
+    for a cost: a neighbour that slowed a round's compute-only steps hides input, never shows it."""
+    verdict = _rounds_verdict(ab, keep_disturbed=False)
+    if verdict["established"] or not verdict["disturbed_rounds"]:
+        return verdict
+    kept = _rounds_verdict(ab, keep_disturbed=True)
+    return kept if kept["established"] else verdict
+
+
+def _rounds_verdict(ab: InputAB, keep_disturbed: bool) -> dict:
     """What the A/B's rounds say: the real and compute-only step (:func:`_pooled`), input's share of the step, the lowest and highest share of any round, the cores other processes kept busy meanwhile, and whether the cost is established:
     at least :data:`INPUT_MODERATE` of the step, and the rounds bear that out. Either their mean share
     is above it by Student's t at 97.5%, or the share pooled over the rounds at least that, less the
@@ -185,9 +198,14 @@ def ab_verdict(ab: InputAB) -> dict:
     real, compute = ab.get("real_step_seconds") or [], ab.get("compute_step_seconds") or []
     loads: list[list[float | None] | None] = list(ab.get("other_cores") or [])
     loads += [None] * (len(real) - len(loads))
-    rounds = [(r, c, load) for r, c, load in zip(real, compute, loads) if r and c]
+    cpus = ab.get("machine_cpus")
+    every = [(r, c, load) for r, c, load in zip(real, compute, loads) if r and c]
+    kept_at = {i for i, (r, c, load) in enumerate(every)
+               if keep_disturbed and disturbed_round(load) and beyond_disturbance(r, c, load, cpus)}
+    kept = [(r, c) for i, (r, c, _) in enumerate(every) if i in kept_at]
+    rounds = [round_ for i, round_ in enumerate(every) if i not in kept_at]
     disturbed = sum(1 for _, _, load in rounds if disturbed_round(load))
-    pairs = [(r, c) for r, c, load in rounds if not disturbed_round(load)]
+    pairs = kept + [(r, c) for r, c, load in rounds if not disturbed_round(load)]
     step, limit = _pooled(pairs)
     shares = [round_share(r, c) for r, c in pairs]
     share = max(0.0, 1 - limit / step) if step > 0 else 0.0
@@ -232,7 +250,8 @@ def ab_verdict(ab: InputAB) -> dict:
     else:
         verdict = f"no input cost above {INPUT_MODERATE:.0%} of the step"
     others = [x for _, _, load in rounds if not disturbed_round(load) for x in (load or []) if x is not None]
-    return {"rounds": len(pairs), "disturbed_rounds": disturbed, "steps": sum(len(r) for r, _ in pairs),
+    return {"rounds": len(pairs), "disturbed_rounds": disturbed, "disturbed_rounds_kept": len(kept),
+            "steps": sum(len(r) for r, _ in pairs),
             "other_cores_mean": round(statistics.mean(others), 3) if others else None,
             "step_seconds": round(step, 7), "compute_only_step_seconds": round(limit, 7),
             "input_wait_seconds": round(max(0.0, step - limit), 7), "input_share": round(share, 4),

@@ -42,6 +42,7 @@ and the rounds so far leave a doubt, and a fit too short (or too costly) for
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -524,7 +525,7 @@ class InputAB:
                        cost_seconds=round(self.cost, 4), allowance_seconds=self.allowance_seconds,
                        setup_seconds=round(self.setup_seconds, 4), source=self.source, shapes=self.shapes,
                        settle_steps=self.settled, after_fit=self.after_fit, other_cores=self.other_cores,
-                       untimed_steps=self._untimed(real),
+                       untimed_steps=self._untimed(real), machine_cpus=os.cpu_count(),
                        excursions_before=[[round(now - a, 6), round(now - b, 6)]
                                               for a, b in self.excursions + self.own_pauses])
 

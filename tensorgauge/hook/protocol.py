@@ -56,6 +56,11 @@ AB_MIN_ROUNDS = 3  # rounds of real and compute-only steps an input verdict need
 # analysis leaves it out. A healthy fit beside another test's jobs read 23% from four such rounds.
 AB_DISTURBED_CORES = 0.3
 AB_EXTRA_ROUNDS = 3  # rounds the A/B runs in place of disturbed ones, at most
+# A neighbour that kept d more cores busy in a round's real steps than in its compute-only ones, on a machine
+# of C CPUs, can slow the real steps by at most (C + d) / C where the step is CPU-bound, and this factor again
+# for the caches, memory bandwidth and SMT siblings it shares: a disturbed round whose real steps are slower
+# than that still shows an input cost (the input-bound demo beside another test process: rounds of 92-99%).
+AB_DISTURBANCE_FACTOR = 2.0
 
 
 # Student's t at 97.5% one-sided (95% two-sided), by degrees of freedom (a round count less one).
@@ -88,6 +93,21 @@ def disturbed_round(other_cores: list[float | None] | None) -> bool:
     if not other_cores or len(other_cores) < 2 or other_cores[0] is None or other_cores[1] is None:
         return False
     return abs(other_cores[0] - other_cores[1]) >= AB_DISTURBED_CORES
+
+
+def beyond_disturbance(real: list[float], compute: list[float], other_cores: list[float | None] | None,
+                       cpus: int | None) -> bool:
+    """A disturbed round (:func:`disturbed_round`) whose input cost its disturbance cannot explain: its
+    neighbours were busier in its compute-only steps than in its real ones (the share can only be
+    understated), or its real steps are slower than :data:`AB_DISTURBANCE_FACTOR` x (C + d) / C of its
+    compute-only ones (``cpus``: C; one where unknown, the bound then widest)."""
+    if not real or not compute or not other_cores or other_cores[0] is None or other_cores[1] is None:
+        return False
+    if other_cores[1] >= other_cores[0]:
+        return True
+    machine = max(1, cpus or 1)
+    bound = AB_DISTURBANCE_FACTOR * (machine + other_cores[0] - other_cores[1]) / machine
+    return statistics.mean(real) > bound * statistics.mean(compute)
 # Steps this short on batches this small: dispatch dominates. Keras' per-step dispatch measured ~2.2 ms on a
 # 2-core VM (TensorFlow's classification tutorial under tf_keras, 2.5-3.3 ms steps: fit 23.0 and 17.8 s,
 # 10.5 and 12.9 s with steps_per_execution=32), so a 5 ms step is still half dispatch; under 3 ms the finding
@@ -245,6 +265,7 @@ class InputAB(Common, total=False):
     excursions_before: list[list[float]]  # seconds before this event each excursion began and ended: the tool's pauses
     other_cores: list[list[float | None]]  # per round: cores other processes kept busy in its real, compute-only steps
     untimed_steps: list[float] | None  # [seconds, steps] of the fit's steps between the timed ones (pauses left out)
+    machine_cpus: int | None  # the CPUs the machine has (what a neighbour's load is weighed against)
     skipped: str  # why there is no A/B (a fit too short, the cost bound)
     error: str
 
