@@ -88,7 +88,9 @@ def test_compute_probe_runs_on_the_shapes_of_real_batches(store_path, tg_cmd, tm
     assert result.returncode == 0, result.stderr[-2000:]
     truth = json.loads(truth_path.read_text())
     report = RunReport.load(Store.open(store_path), "last")
-    probe = next(e.data for e in report.events if e.kind == "input_ab" and e.data.get("compute_step_seconds"))
+    tried = [e.data for e in report.events if e.kind == "input_ab"]
+    probe = next((ab for ab in tried if ab.get("compute_step_seconds")), None)
+    assert probe is not None, tried
     assert probe["source"] == "the fit's own next batches, pulled ahead" and probe["shapes"][0] == truth["batch_shape"]
     # Zeros of (32, 32, 7) gave a limit 4-6x too low. The compute-only step against the job's own timing of
     # its step on one cached batch (0.98-1.05x) is a speed of the machine's moment, measured over rounds by
