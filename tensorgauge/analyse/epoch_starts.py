@@ -16,7 +16,7 @@ from tensorgauge.analyse.phases import seconds_outside
 from tensorgauge.model import Phase
 from tensorgauge.steps import StepDigest
 
-EPOCH_START_FACTOR, EPOCH_START_MIN_SECONDS = 10.0, 0.05  # an epoch's start this far past a step counts (as a stall)
+EPOCH_START_FACTOR, EPOCH_START_MIN_SECONDS = 5.0, 0.005  # an epoch's start this far past a step counts
 MIN_EPOCHS = 2  # ... in this many epochs after the first at least, and in most of them
 
 

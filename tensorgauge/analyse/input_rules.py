@@ -151,10 +151,18 @@ EPOCH_START_FIX = (
     ".cache() after the expensive, deterministic stages and before the shuffle, so later epochs read their "
     "results; or shuffle a smaller buffer, or fewer, longer epochs (dataset.repeat() with steps_per_epoch). "
     "Or your callbacks' on_epoch_begin: the same place in time.")
+# fit on arrays: Keras builds a new pipeline over them each epoch (the rows shuffled, sliced into batches).
+EPOCH_START_ARRAYS_FIX = (
+    "Each epoch pays for its input before its first step: fit on arrays builds a new input pipeline over them "
+    "every epoch (the rows shuffled, then sliced into batches), while its steps wait for nothing once it runs. "
+    "With short epochs that start is a large share: train fewer, longer epochs, or give fit a "
+    "tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(x)).batch(32).cache().repeat() with "
+    "steps_per_epoch, so one iterator runs across epochs. Or your callbacks' on_epoch_begin: the same place "
+    "in time.")
 
 
 def epoch_start_input_bound(split: dict | None, fit: Phase | None, allowed: float,
-                            cores_busy: float | None) -> Finding | None:
+                            cores_busy: float | None, config: FitConfig | None = None) -> Finding | None:
     """A TensorFlow fit that pays for its input as each epoch starts (:mod:`.epoch_starts`), at
     :data:`INPUT_MODERATE` of its training time or more, the job's cores busy through those waits
     (``cores_busy``, at least :data:`EPOCH_START_BUSY`: it computed, not waited on tf.data's teardown,
@@ -177,7 +185,7 @@ def epoch_start_input_bound(split: dict | None, fit: Phase | None, allowed: floa
                   "epoch_start_seconds_each": round(per_epoch, 4), "cores_busy": round(cores_busy, 2),
                   "step_seconds": fit.step_seconds_p50, "input_share_per_step": (split or {}).get("input_share"),
                   "cores_allowed": allowed},
-        fix=EPOCH_START_FIX,
+        fix=EPOCH_START_ARRAYS_FIX if config is not None and config.get("dataset") is False else EPOCH_START_FIX,
         expected_gain=f"up to {paid['seconds']:.1f} s ({share:.0%} of training time), the waits at epoch starts")
 
 
@@ -298,7 +306,7 @@ def backend_input_bound(timed: FitInput, fit: Phase, allowed: float) -> Finding 
                       "the step without its wait)")
 
 
-@rule("input_bound", category="performance", version=12, explains_idle=True)  # 12: disturbed rounds beyond their disturbance
+@rule("input_bound", category="performance", version=13, explains_idle=True)  # 13: epoch starts from 5x a step, 5 ms
 def _input_bound(f: RunFacts) -> Finding | None:
     if f.fit is not None and f.fit.name == TRAIN_LOOP:
         return loop_input_bound(f.last(LoopInput), f.fit, f.cores_allowed, f.fit_config, f.input_split)
@@ -312,7 +320,7 @@ def _input_bound(f: RunFacts) -> Finding | None:
         spans = [(start, start + seconds) for start, seconds in paid["waits"]]
         cpu = sum(cpu_at(f.samples, b) - cpu_at(f.samples, a) for a, b in spans)
         busy = cpu / max(1e-9, sum(b - a for a, b in spans))
-    at_starts = epoch_start_input_bound(f.input_split, f.fit, f.cores_allowed, busy)
+    at_starts = epoch_start_input_bound(f.input_split, f.fit, f.cores_allowed, busy, f.fit_config)
     # Where both are paid, the larger tells (keras-io's structured-data program: 81% of its training time as
     # epochs start, 15% of each step besides: "15% of each step" alone hid most of it).
     if per_step is None or (at_starts is not None
