@@ -204,8 +204,9 @@ class _InputDiagnosis(FitListener):
             ab.finish()
             _Deferred.settle(ab)
             if ab.measured and not ab.after_fit:
-                _InputDiagnosis.open_fits += 0 if ab.conclusive() else 1
-                _InputDiagnosis.done = (_InputDiagnosis.done or ab.conclusive()
+                conclusive = ab.conclusive()
+                _InputDiagnosis.open_fits += not conclusive
+                _InputDiagnosis.done = (_InputDiagnosis.done or conclusive
                                         or _InputDiagnosis.open_fits >= MAX_AB_FITS)
         if self.window is not None:
             self.window.finish()
