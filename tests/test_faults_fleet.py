@@ -198,3 +198,40 @@ def test_a_spool_left_by_a_dead_monitor_is_shipped_once_by_the_next_run(postgres
         assert [round(s.t, 1) for s in store.samples(run_id)] == [i / 10 for i in range(20)]
         assert store.run(run_id).command == ["x"]
     assert not (spool_folder(data) / f"{run_id}.db").exists()
+
+
+def test_a_runs_analysis_at_its_end_waits_for_a_free_connection_slot(server, tmp_path, monkeypatch):
+    """A thousand workers ending at once on 100 slots: a run's analysis found every slot taken and was left
+    for its first reader (a fleet's `compare --job` then analysed hundreds). It now waits for a slot."""
+    import threading
+
+    import psycopg
+
+    from tensorgauge.analyse.run_report import RunReport
+    from tensorgauge.model import RunRecord
+    from tensorgauge.store.shipping import open_for_recording
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    store = open_for_recording(server.url)
+    run_id = f"slots-{time.monotonic_ns()}"
+    store.save_run(RunRecord(run_id=run_id, command=["x"], started_at="2026-01-01T00:00:00+00:00", complete=True,
+                             exit_code=0, wall_seconds=1.0))
+    assert store.drain(60.0)
+    held: list = []
+    loaded: list = []
+    try:
+        with pytest.raises(psycopg.OperationalError, match="too many clients|remaining connection slots"):
+            for _ in range(20):
+                held.append(psycopg.connect(server.url, connect_timeout=10))
+        reader = threading.Thread(target=lambda: loaded.append(RunReport.load(store, run_id)))
+        reader.start()
+        time.sleep(1.5)
+        assert reader.is_alive() and not loaded  # refused, and trying again
+    finally:
+        for conn in held:
+            conn.close()
+    reader.join(60)
+    store.close()
+    assert loaded and loaded[0].record.run_id == run_id
+    with Store.open(server.url, create=False) as reading:
+        assert reading.analysis(run_id) is not None  # stored at the run's end, not left for its first reader

@@ -64,6 +64,32 @@ def test_a_backlog_the_store_keeps_taking_is_shipped_to_its_end(tmp_path):
     assert not list((tmp_path / "spool").glob("*.db"))  # all shipped: the spool is gone
 
 
+class _TimedShipper(_SlowShipper):
+    """Each transaction takes 0.1 s; when each began is kept."""
+
+    seconds = 0.1
+    began: list[float] = []
+
+    def _commit(self, store, batches, record):
+        self.began.append(time.monotonic())
+        return super()._commit(store, batches, record)
+
+
+def test_while_the_job_runs_a_slow_store_is_shipped_to_less_often(tmp_path):
+    """1,000 workers, each shipping every 5 s, were more connections than a busy server could set up: a
+    worker whose transaction took L s waits 10 L s for the next (here 1 s, against 0.05 s when quick)."""
+    timed = type("Timed", (_TimedShipper,), {"began": [], "committed": []})
+    store = _store(tmp_path, timed, 4)
+    try:
+        deadline = time.monotonic() + 30.0
+        while len(timed.began) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        store.close()
+    gaps = [b - a for a, b in zip(timed.began, timed.began[1:])]
+    assert len(gaps) >= 2 and min(gaps) >= 0.1 + 0.8 * 10 * 0.1  # the transaction, then 10 times it less jitter
+
+
 def test_a_slow_transaction_is_progress(tmp_path):
     """A transaction under way longer than the stall window is waited for: the store is answering."""
     slow = type("VerySlow", (_SlowShipper,), {"seconds": 1.0, "committed": []})

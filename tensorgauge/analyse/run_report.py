@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -36,6 +37,8 @@ class RunSource(Protocol):
     def analysis(self, run_id: str) -> tuple[str, dict] | None: ...
 
     def save_analysis(self, run_id: str, key: str, doc: dict) -> None: ...
+
+    def session(self) -> AbstractContextManager: ...
 
 
 NOT_ANALYSED = ("exports",)  # record fields written after the analysis, from it: they leave it as it is
@@ -98,15 +101,17 @@ class RunReport:
     def load(cls, store: RunSource, ref: str) -> RunReport:
         """The run ``ref`` read from ``store``: its stored analysis, or analysed now (and stored, once
         the run has finished)."""
-        record = store.run(ref)
-        key = analysis_key(record)
-        stored = store.analysis(record.run_id)
-        if stored is not None and stored[0] == key:
-            try:
-                return cls.from_analysis(record, store.events(record.run_id, step_digests=False), stored[1])
-            except (KeyError, TypeError, ValueError):
-                pass  # damaged: analysed again below
-        report = cls.build(record, store.series(record.run_id), store.events(record.run_id))
+        with store.session():  # the reads on one connection, let go before the analysis' own work
+            record = store.run(ref)
+            key = analysis_key(record)
+            stored = store.analysis(record.run_id)
+            if stored is not None and stored[0] == key:
+                try:
+                    return cls.from_analysis(record, store.events(record.run_id, step_digests=False), stored[1])
+                except (KeyError, TypeError, ValueError):
+                    pass  # damaged: analysed again below
+            series, events = store.series(record.run_id), store.events(record.run_id)
+        report = cls.build(record, series, events)
         if record.complete:
             try:
                 store.save_analysis(record.run_id, key, report.analysis())

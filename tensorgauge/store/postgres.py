@@ -6,8 +6,10 @@ with ``?`` placeholders, as for SQLite."""
 from __future__ import annotations
 
 import contextlib
+import random
 import re
 import threading
+import time
 
 from tensorgauge.errors import StoreError, StoreUnreachable
 from tensorgauge.store import schema
@@ -93,6 +95,14 @@ _TRANSIENT = (*_BUSY, "the database system is", "connection refused", "timeout e
 _FATAL = ("password authentication failed", "authentication failed", "no pg_hba.conf entry", "does not exist",
           "permission denied", "invalid", "failed to resolve host", "could not translate host name", "ssl",
           "unsupported", "requires a password", "no password supplied")
+
+
+_SLOW = ("timeout expired", "timed out")  # no answer in time: a server overloaded, or one gone from the network
+
+
+def slow(text: str) -> bool:
+    """Whether a refusal is a connection that timed out: the server did not finish answering in time."""
+    return any(word in text.lower() for word in _SLOW)
 
 
 def busy(text: str) -> bool:
@@ -230,6 +240,34 @@ class PostgresBackend:
             if steps or version != schema.SCHEMA_VERSION:
                 conn.execute("INSERT INTO tensorgauge_meta VALUES ('schema_version', %s) ON CONFLICT (key) "
                              "DO UPDATE SET value = excluded.value", (str(schema.SCHEMA_VERSION),))
+
+    @contextlib.contextmanager
+    def session(self, wait_seconds: float = 0.0):
+        """One connection for every query in the block, let go at its end (``hold=False`` otherwise
+        connects for each); a server that refuses it (its slots taken, too busy to answer in time) is tried
+        again for up to ``wait_seconds``."""
+        self._depth += 1
+        try:
+            self._connect_waiting(wait_seconds)
+            yield
+        finally:
+            self._depth -= 1
+            self.release()
+
+    def _connect_waiting(self, seconds: float) -> None:
+        """Connect, trying again (1 s, then longer, with jitter) while the server refuses for a reason that
+        passes (:func:`transient`); what the user must fix fails at once."""
+        deadline, pause = time.monotonic() + seconds, 1.0
+        while True:
+            try:
+                self._connection()
+                return
+            except StoreUnreachable:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise
+                time.sleep(min(left, pause * random.uniform(0.5, 1.5)))
+                pause = min(pause * 2, 4.0)
 
     def release(self) -> None:
         """Let go of the connection between writes (``hold=False``); the next use connects again."""

@@ -103,6 +103,14 @@ class Store:
                 raise StoreUnreachable(f"store {self.location} stopped answering: {said}") from None
             raise StoreError(f"cannot {what} store {self.location}: {said}") from None
 
+    session_wait_seconds = 0.0  # how long a session tries again a server that refuses it for now
+
+    def session(self) -> contextlib.AbstractContextManager:
+        """A block of reads and writes on one connection (a recording's PostgreSQL store connects for each
+        otherwise)."""
+        session = getattr(self.backend, "session", None)
+        return session(self.session_wait_seconds) if session is not None else contextlib.nullcontext()
+
     def reconnect(self) -> bool:
         """Connect again to a store whose server stopped answering; False while it still does not."""
         reconnect = getattr(self.backend, "reconnect", None)
@@ -180,10 +188,11 @@ class Store:
         """Keep a finished run's analysis (``key``: what it was computed from), and chunk its rows."""
         if not self.backend.chunked or self.backend.read_only:
             return
-        with self._writing() as db:
-            db.execute("DELETE FROM analyses WHERE run_id = ?", (run_id,))
-            db.execute("INSERT INTO analyses (run_id, key, doc) VALUES (?, ?, ?)", (run_id, key, json.dumps(doc)))
-        self.compact(run_id)
+        with self.session():
+            with self._writing() as db:
+                db.execute("DELETE FROM analyses WHERE run_id = ?", (run_id,))
+                db.execute("INSERT INTO analyses (run_id, key, doc) VALUES (?, ?, ?)", (run_id, key, json.dumps(doc)))
+            self.compact(run_id)
 
     def quiet_seconds(self, record: RunRecord) -> float | None:
         """How long ago (wall-clock seconds) the run stored its last sample (or started, before its first);

@@ -1,13 +1,19 @@
 """A recording into PostgreSQL that never waits for it: every batch goes first into the run's local
 :class:`~.spool.Spool`, and a thread of its own ships the spool to the store every
-:data:`SHIP_SECONDS` (``$TENSORGAUGE_SHIP_SECONDS``), on a connection made for that transaction and let
-go after it. A store that refuses (too many clients, starting up, down) is tried again later, waiting
-longer each time (with jitter, so a fleet does not come back all at once); nothing is lost meanwhile.
-At the run's end it is tried every :data:`DRAIN_RETRY_SECONDS`, so a store back up is not missed.
+:data:`SHIP_SECONDS` (``$TENSORGAUGE_SHIP_SECONDS``; less often while the store is slow to answer), on a
+connection made for that transaction and let go after it. A store that refuses (too many clients, starting
+up, down) is tried again later, waiting longer each time (with jitter, so a fleet does not come back all at
+once); nothing is lost meanwhile.
+At the run's end it is tried every :data:`DRAIN_RETRY_SECONDS`, so a store back up is not missed (every
+:data:`DRAIN_BUSY_RETRY_SECONDS` at most while it refuses for want of free connection slots).
 
 Exactly once, in order: one transaction ships the oldest batches, the run's latest record, and the last
 batch number shipped (table ``tensorgauge_shipped``); the spool drops them only after it committed, and
 a spool shipped again (the monitor died between the two) skips what the store already has.
+
+Samples travel as compressed chunks (:mod:`.chunks`), encoded here: the server stores one small row per
+transaction instead of a row per sample that it would later read back to compress. The run's last chunk
+grows with each transaction (it is replaced) until it holds :data:`~.schema.CHUNK_SAMPLES`.
 """
 
 from __future__ import annotations
@@ -19,32 +25,47 @@ import socket
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
 from tensorgauge.errors import StoreError, StoreUnreachable
 from tensorgauge.model import Event, RunRecord, Sample
-from tensorgauge.store.postgres import PostgresBackend, busy
+from tensorgauge.store.postgres import PostgresBackend, busy, slow
 from tensorgauge.store.runs import (
+    _INSERT_CHUNK,
     _INSERT_EVENT,
-    _INSERT_SAMPLE,
     _UPSERT_RUN,
     EVENT_COLUMNS,
     SAMPLE_COLUMNS,
     Store,
     _row,
+    _samples,
 )
 from tensorgauge.store.schema import CHUNK_SAMPLES
 from tensorgauge.store.spool import Spool, spool_folder
 
+if TYPE_CHECKING:
+    from tensorgauge.series import SampleSeries
+
 SHIP_SECONDS = 5.0  # a fleet of N workers makes N / SHIP_SECONDS connections a second
 SHIP_ENV = "TENSORGAUGE_SHIP_SECONDS"
 SHIP_BATCHES = 200  # batches (0.5 s each) one transaction ships at most
+SHIP_LATENCY_FACTOR = 10  # a slow store is shipped to less often: after a transaction of L s, again in 10 L s
+SHIP_MAX_SECONDS = 60.0  # ... at most
+START_CONNECT_SECONDS = 3  # before the job: how long the store has to answer before its data go to the spool
+SHIP_CONNECT_SECONDS = 10  # then, on the shipper's thread (off the job's path): a busy server's answer is awaited
 RETRY_MAX_SECONDS = 10.0
 DRAIN_RETRY_SECONDS = 1.0  # at a run's end, waiting on the store is all that is left: it is tried this often
+# ... at most, while it refuses for want of free connection slots: every refused try costs the server a
+# process, and a thousand workers ending at once would otherwise knock every second.
+DRAIN_BUSY_RETRY_SECONDS = 4.0
 CLOSE_WAIT_SECONDS = 5.0  # at close, the longest wait for the shipper's transaction under way
 DRAIN_STALL_SECONDS = 15.0  # at a run's end: its spool is shipped while the store takes a transaction this often
 # ... this many times as long while the store refuses for lack of free connection slots: it is serving others.
 # 30 workers on 10 slots of a 2-core machine, each ending at once: one waited over 15 s for a slot in 1 run of 3.
 BUSY_STALL_FACTOR = 4
+# Once the store took the whole run, the reads of its analysis try again this long a store that refuses them
+# for now (its slots taken, or too busy to answer in time: the fleet's other workers are ending too).
+SESSION_WAIT_SECONDS = 30.0
 
 
 def open_for_recording(url: str) -> SpooledStore:
@@ -52,14 +73,23 @@ def open_for_recording(url: str) -> SpooledStore:
     (a wrong password, no such database, a bad URL); a server that refuses or does not answer only
     delays the data, never the job."""
     try:
-        backend = PostgresBackend(url, create=True, hold=False, connect_seconds=3)
+        backend = PostgresBackend(url, create=True, hold=False, connect_seconds=START_CONNECT_SECONDS)
         why = None
     except StoreUnreachable as exc:
-        backend = PostgresBackend(url, create=True, hold=False, connect_seconds=3, connect_now=False)
+        backend = PostgresBackend(url, create=True, hold=False, connect_seconds=START_CONNECT_SECONDS,
+                                  connect_now=False)
         why = str(exc)
+    backend.connect_seconds = SHIP_CONNECT_SECONDS
     store = SpooledStore(backend)
     store.ship_error = why
     return store
+
+
+class OpenChunk(NamedTuple):
+    """The run's last chunk as shipped, not yet full: its samples, and its first time (it is found by)."""
+
+    first_t: float
+    series: SampleSeries
 
 
 class Shipper:
@@ -74,6 +104,8 @@ class Shipper:
         self.latencies: list[float] = []  # seconds each shipping transaction took (connecting included)
         self.shipped_at = 0.0  # when (monotonic) a transaction last committed
         self.in_flight_since: float | None = None  # when the transaction under way began, None between them
+        self.open_chunk: OpenChunk | None = None  # the run's last chunk in the store, still growing
+        self._open_chunk_after: OpenChunk | None = None  # ... once the transaction under way commits
 
     def ship(self, store: Store) -> bool:
         """The oldest batches and the latest record in one transaction; True when more wait."""
@@ -84,6 +116,7 @@ class Shipper:
         record = self.spool.record() if dirty else None
         began = self.in_flight_since = time.monotonic()
         try:
+            self._open_chunk_after = self.open_chunk
             last = self._commit(store, batches, record)
             self.shipped_at = time.monotonic()
             self.latencies.append(self.shipped_at - began)
@@ -94,16 +127,10 @@ class Shipper:
             self.in_flight_since = None
         if last is not None:
             self.spool.shipped(last)
+            self.open_chunk = self._open_chunk_after
         self.created = self.created or record is not None
-        samples = sum(len(s) for _, s, _ in batches)
-        self.shipped_samples += samples
-        more = len(batches) == SHIP_BATCHES
-        complete = record is not None and record.get("complete")
-        if samples and not self.removed:
-            store._rows[self.run_id] = store._rows.get(self.run_id, 0) + samples
-            if store._rows[self.run_id] >= CHUNK_SAMPLES or (complete and not more):
-                store.compact(self.run_id)
-        return more
+        self.shipped_samples += sum(len(s) for _, s, _ in batches)
+        return len(batches) == SHIP_BATCHES
 
     def _commit(self, store: Store, batches: list, record: dict | None) -> int | None:
         """One transaction: the batches the store does not have yet, the record; the last batch number."""
@@ -117,18 +144,33 @@ class Shipper:
                     db.execute(_UPSERT_RUN, (run_id, record["started_at"], json.dumps(record)))
             if not batches or self.removed:
                 return batches[-1][0] if batches else None
-            db.execute("INSERT INTO tensorgauge_shipped (run_id, seq) VALUES (?, 0) ON CONFLICT DO NOTHING", (run_id,))
-            done = db.query("SELECT seq FROM tensorgauge_shipped WHERE run_id = ? FOR UPDATE", (run_id,))[0][0]
+            done = db.query("INSERT INTO tensorgauge_shipped (run_id, seq) VALUES (?, 0) ON CONFLICT (run_id) "
+                            "DO UPDATE SET seq = tensorgauge_shipped.seq RETURNING seq", (run_id,))[0][0]  # row locked
             fresh = [b for b in batches if b[0] > done]
-            samples = [(run_id, *row) for _, rows, _ in fresh for row in rows]
+            samples = [row for _, rows, _ in fresh for row in rows]
             events = [(run_id, *row) for _, _, rows in fresh for row in rows]
             if samples:
-                db.executemany(_INSERT_SAMPLE, samples)
+                self._open_chunk_after = self._insert_chunks(db, store, samples)
             if events:
                 db.executemany(_INSERT_EVENT, events)
             last = batches[-1][0]
             db.execute("UPDATE tensorgauge_shipped SET seq = ? WHERE run_id = ?", (max(last, done), run_id))
             return last
+
+    def _insert_chunks(self, db, store: Store, rows: list[tuple]) -> OpenChunk | None:
+        """The sample rows as chunks, the open chunk grown by them (its row replaced); the chunk left open."""
+        from tensorgauge.series import SampleSeries
+        from tensorgauge.store import chunks
+
+        series = SampleSeries.from_samples(_samples(rows, store.location))
+        if self.open_chunk is not None and db.execute(
+                "DELETE FROM sample_chunks WHERE run_id = ? AND first_t = ? AND count = ?",
+                (self.run_id, self.open_chunk.first_t, len(self.open_chunk.series))):
+            series = SampleSeries.concat([self.open_chunk.series, series])
+        parts = chunks.split(series)
+        db.executemany(_INSERT_CHUNK, [(self.run_id, *part) for part in parts])
+        first_t, _, count, _, _ = parts[-1]
+        return OpenChunk(first_t, series.take(slice(len(series) - count, None))) if count < CHUNK_SAMPLES else None
 
     def empty(self) -> bool:
         return self.removed or (self.spool.waiting()[0] == 0 and not self.record_dirty)
@@ -157,7 +199,12 @@ class SpooledStore(Store):
         self._wake = threading.Event()
         self._stop = False
         self._draining = False  # the run has ended: refusals are retried every DRAIN_RETRY_SECONDS
+        self._took_all = False  # ... and the store took all of it: it answers, though maybe busy
         self._thread: threading.Thread | None = None
+
+    @property
+    def session_wait_seconds(self) -> float:  # type: ignore[override]
+        return SESSION_WAIT_SECONDS if self._took_all else 0.0
 
     @property
     def removed(self) -> bool:
@@ -212,11 +259,18 @@ class SpooledStore(Store):
         self._draining = True
         self._wake.set()  # at once; then every DRAIN_RETRY_SECONDS at most while the store refuses
         while time.monotonic() < began + timeout_seconds and not self._shipped_all():
-            serving = self.ship_error is not None and busy(self.ship_error)  # others, for now
+            serving = self._serving_others()
             if shipper.stalled_seconds(began) >= stall_seconds * (BUSY_STALL_FACTOR if serving else 1):
                 break
             time.sleep(0.05)
-        return self._shipped_all()
+        self._took_all = self._shipped_all()
+        return self._took_all
+
+    def _serving_others(self) -> bool:
+        """Whether the store's last refusal says it is up and serving others: its connection slots taken, or
+        a connection that timed out once it had taken a transaction of this run (overloaded, not gone)."""
+        error = self.ship_error
+        return error is not None and (busy(error) or (slow(error) and bool(self.shipper and self.shipper.shipped_at)))
 
     def _shipped_all(self) -> bool:
         """Nothing left to ship, and no transaction under way (it holds the lock; the store may refuse it,
@@ -250,12 +304,14 @@ class SpooledStore(Store):
         while not self._stop:
             self._wake.wait(pause * random.uniform(0.8, 1.2))
             self._wake.clear()
+            if self._stop:
+                break  # closing: what the store last answered stands
             try:
                 with self._lock:
                     while not self._stop and self.shipper is not None and self.shipper.ship(self):
                         pass  # a backlog: all of it, a transaction at a time
                 self.ship_error = None
-                pause = self.ship_seconds
+                pause = self.ship_seconds if self._draining else self._pace()
                 if not leftovers_done:
                     leftovers_done = True
                     try:
@@ -264,7 +320,17 @@ class SpooledStore(Store):
                         pass
             except StoreError as exc:
                 self.ship_error = str(exc)
-                pause = min(DRAIN_RETRY_SECONDS if self._draining else RETRY_MAX_SECONDS, max(pause, 0.5) * 2)
+                longest = RETRY_MAX_SECONDS if not self._draining else \
+                    DRAIN_BUSY_RETRY_SECONDS if self._serving_others() else DRAIN_RETRY_SECONDS
+                pause = min(longest, max(pause, 0.5) * 2)
+
+    def _pace(self) -> float:
+        """Seconds to the next transaction while the job runs: :data:`SHIP_SECONDS`, or
+        :data:`SHIP_LATENCY_FACTOR` times as long as the last took, while the store is slow to take them
+        (every worker of a fleet then connects less often, and holds a connection a tenth of its time at
+        most). At the run's end the spool is shipped without such pauses."""
+        latency = self.shipper.latencies[-1] if self.shipper and self.shipper.latencies else 0.0
+        return min(SHIP_MAX_SECONDS, max(self.ship_seconds, SHIP_LATENCY_FACTOR * latency))
 
     def _ship_leftovers(self) -> None:
         """Ship the spools other runs left for this store on this machine (not held by a live monitor)."""
