@@ -1,14 +1,17 @@
 """A fleet of N simulated workers recording into one real PostgreSQL store, through the real writer code.
 
-    TENSORGAUGE_BENCH_POSTGRES=postgresql://... .venv/bin/python benchmarks/fleet.py N [--seconds 30] [--procs 8]
+    TENSORGAUGE_BENCH_POSTGRES=postgresql://... .venv/bin/python benchmarks/fleet.py N [--seconds 30] [--procs 32]
 
 Each worker is a run as ``tensorgauge run --store postgresql://... --job JOB`` records it: a
 :class:`~tensorgauge.monitoring.recording.Recording` (the Recorder, the StoreWriter thread, the
 spooled store and its shipper thread) fed 10 samples a second, a ``steps`` event every half second
 (stored as step digests) and epoch phases every 10 s, on the real clock. Workers are spread over
-``--procs`` processes. Reports samples taken and stored (lost = taken - stored), the shipping
-transactions' latency, connections made, the server's CPU seconds (its processes, from /proc), the
-store's growth per worker-hour, and the wall time of ``compare --job`` and ``runs --job`` over the fleet.
+``--procs`` processes, eight to a simulated machine (a data folder), at a lower priority than the server
+(each would have its own machine). At the end every worker drains its spool, saves its record, then (once
+all have drained) analyses its run, as ``tensorgauge run`` does. Reports samples taken and stored (lost =
+taken - stored), the shipping transactions' latency, each worker's end wait and why any stopped waiting,
+the runs analysed at their end, connections made, the server's CPU seconds (its processes, from /proc),
+the store's growth per worker-hour, and the wall time of ``compare --job`` and ``runs --job`` over the fleet.
 
 ``--dilated``: every one of a worker's half-second ticks is made, on time where the machine keeps up and as
 soon as it can where it falls behind, with the samples' and events' times on a simulated clock; so every
@@ -20,6 +23,7 @@ then received its samples at that fraction of the fleet's real rate).
 from __future__ import annotations
 
 import argparse
+import collections
 import multiprocessing
 import os
 import random
@@ -27,8 +31,13 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 SAMPLES_PER_SECOND = 10
+WORKERS_PER_NODE = 8  # workers sharing a machine, and so a data folder (their spools)
+# The simulated workers yield the cores to the server: on a fleet each worker's monitor has its own machine
+# and the server its own, while here they all share this one's.
+WORKER_NICENESS = 10
 
 
 def _server_cpu_seconds(names: tuple[str, ...] = ("postgres", "postmaster")) -> float:
@@ -44,7 +53,7 @@ def _server_cpu_seconds(names: tuple[str, ...] = ("postgres", "postmaster")) -> 
     return total
 
 
-def _workers(url: str, job: str, first: int, count: int, seconds: float, out, dilated: bool = False) -> None:
+def _workers(url: str, job: str, first: int, count: int, seconds: float, out, barrier, dilated: bool = False) -> None:
     """``count`` workers in this process; puts (taken, connections, latencies, end waits) on ``out``."""
     from tensorgauge.analyse.run_report import RunReport
     from tensorgauge.errors import TensorgaugeError
@@ -53,14 +62,16 @@ def _workers(url: str, job: str, first: int, count: int, seconds: float, out, di
     from tensorgauge.sources.clock import MonotonicClock
     from tensorgauge.store.shipping import open_for_recording
 
+    os.nice(WORKER_NICENESS)
     clock = MonotonicClock()
     rng = random.Random(first)
     fleet = []
     for i in range(first, first + count):
         store = open_for_recording(url)
+        store.data_dir = Path(os.environ["XDG_DATA_HOME"]) / f"node{i // WORKERS_PER_NODE}"  # its machine's
         t0 = clock.now()
         record = new_record(f"{new_run_id()}-{i}", ["python", "train.py"], t0, job_id=job,
-                            env={"host": {"hostname": f"node{i // 8}", "cores_allowed": 8.0},
+                            env={"host": {"hostname": f"node{i // WORKERS_PER_NODE}", "cores_allowed": 8.0},
                                  "worker": {"worker": f"worker:{i}", "task_type": "worker", "task_index": i}})
         recording = Recording(store, record, clock)
         recording.recorder.add([], [{"t": t0, "pid": 7, "kind": "phase_begin", "id": 1, "name": "fit",
@@ -96,8 +107,9 @@ def _workers(url: str, job: str, first: int, count: int, seconds: float, out, di
     print(f"[{first}] {count} workers sampled {tick / 2:g} s in {time.monotonic() - start:.1f} s; ending them", file=sys.stderr,
           flush=True)
 
-    def end(worker: list) -> tuple[int, int, list[float], float, bool]:
-        """One worker's end, as its own `tensorgauge run` ends it: the store wait, the record, the analysis."""
+    def end(worker: list) -> tuple[bool, float, str | None]:
+        """One worker's end, as its own `tensorgauge run` ends it: the store wait, the record. (stored, seconds
+        waited, why it stopped waiting)"""
         store, recording, t0, n, phase, cpu = worker
         now = simulated_from + tick * 0.5 if dilated else clock.now()
         raw = [{"t": now, "pid": 7, "kind": "phase_end", "id": phase, "cpu": cpu, "rss": 1 << 30}] if phase > 1 else []
@@ -108,36 +120,48 @@ def _workers(url: str, job: str, first: int, count: int, seconds: float, out, di
         record = recording.record
         record.wall_seconds, record.complete, record.exit_code, record.cpu_seconds_total = now - t0, True, 0, cpu
         stored = recording.finish(120.0)
-        waited = time.monotonic() - began
-        analysed = False
-        if stored:
-            try:  # analysed once and stored, as `tensorgauge run` does at its end (a warning there when it cannot)
-                RunReport.load(store, record.run_id)
-                analysed = True
-            except TensorgaugeError:
-                pass
-        store.close()
-        return n, store.backend.connections_made, store.latencies, waited, analysed
+        why = None if stored else (store.ship_error or "no transaction in time")
+        if not stored:  # `tensorgauge run` then ends; the rest waits in the spool
+            store.close()
+        return stored, time.monotonic() - began, why
+
+    def analyse(worker: list) -> str | None:
+        """Then its analysis, once and stored, as `tensorgauge run` does (a warning there when it cannot):
+        None, or why it could not."""
+        store, recording = worker[:2]
+        try:
+            RunReport.load(store, recording.record.run_id)
+            return None
+        except TensorgaugeError as exc:
+            return str(exc)
+        finally:
+            store.close()
 
     from concurrent.futures import ThreadPoolExecutor
 
     ending = time.monotonic()
     with ThreadPoolExecutor(max_workers=len(fleet)) as pool:  # the workers end at once, as a job's do
-        ended = list(pool.map(end, fleet))
+        drained = list(pool.map(end, fleet))
+        # Each analysis is CPU work on its worker's own machine: here, where every worker shares two cores, it
+        # starts once every worker of the fleet has drained, so that it does not starve the others' shipping.
+        barrier.wait()
+        not_analysed = [why for why in pool.map(analyse, [w for w, (stored, _, _) in zip(fleet, drained) if stored])
+                        if why]
     print(f"[{first}] ended in {time.monotonic() - ending:.1f} s", file=sys.stderr, flush=True)
-    taken = sum(e[0] for e in ended)
-    connections = sum(e[1] for e in ended)
-    latencies = [x for e in ended for x in e[2]]
-    end_waits = [e[3] for e in ended]
-    analysed = sum(e[4] for e in ended)
-    out.put((taken, connections, latencies, end_waits, analysed))
+    taken = sum(w[3] for w in fleet)
+    connections = sum(w[0].backend.connections_made for w in fleet)
+    latencies = [x for w in fleet for x in w[0].latencies]
+    end_waits = [d[1] for d in drained]
+    gave_up = [d[2] for d in drained if d[2]]
+    out.put((taken, connections, latencies, end_waits, len(fleet) - len(gave_up) - len(not_analysed), gave_up,
+             not_analysed))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workers", type=int)
     parser.add_argument("--seconds", type=float, default=30.0)
-    parser.add_argument("--procs", type=int, default=8)
+    parser.add_argument("--procs", type=int, default=32)
     parser.add_argument("--dilated", action="store_true",
                         help="every tick made, late where the machine falls behind, on a simulated clock (see above)")
     args = parser.parse_args()
@@ -155,9 +179,11 @@ def main() -> None:
     cpu_before, bouncer_before, wall_before = _server_cpu_seconds(), _server_cpu_seconds(("pgbouncer",)), time.monotonic()
     out: multiprocessing.Queue = multiprocessing.Queue()
     per = -(-args.workers // args.procs)
-    procs = [multiprocessing.Process(target=_workers, args=(url, job, p * per, min(per, args.workers - p * per),
-                                                            args.seconds, out, args.dilated))
-             for p in range(args.procs) if p * per < args.workers]
+    starts = [p * per for p in range(args.procs) if p * per < args.workers]
+    barrier = multiprocessing.Barrier(len(starts))
+    procs = [multiprocessing.Process(target=_workers, args=(url, job, first, min(per, args.workers - first),
+                                                            args.seconds, out, barrier, args.dilated))
+             for first in starts]
     for p in procs:
         p.start()
     results = [out.get() for _ in procs]
@@ -194,6 +220,14 @@ def main() -> None:
     if waits:
         print(f"each worker's end wait for the store: p50 {statistics.median(waits):.2f} s, "
               f"max {waits[-1]:.2f} s; runs analysed at their end {sum(r[4] for r in results)}")
+    gave_up = collections.Counter(why.split(": ", 1)[-1][:80] for r in results for why in r[5])
+    if gave_up:
+        print(f"workers that stopped waiting for the store {sum(gave_up.values())}, by its last answer: "
+              + "; ".join(f"{n} x {why}" for why, n in gave_up.most_common(4)))
+    not_analysed = collections.Counter(why.split(": ", 1)[-1][-90:] for r in results for why in r[6])
+    if not_analysed:
+        print(f"runs not analysed at their end {sum(not_analysed.values())}: "
+              + "; ".join(f"{n} x {why}" for why, n in not_analysed.most_common(4)))
     print(f"connections made {sum(r[1] for r in results)} "
           f"({sum(r[1] for r in results) / wall:.1f}/s)")
     print(f"server CPU {server_cpu:.1f} s ({server_cpu / wall:.2f} cores over the run)")
