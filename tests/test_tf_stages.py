@@ -13,6 +13,9 @@ from tensorgauge.store import Store
 
 pytestmark = [needs_tf, pytest.mark.tf, pytest.mark.alone]  # shares of a pipeline's wall time
 JOB = Path(__file__).parent / "jobs" / "staged_input.py"
+# The costly map does 10 units of work to each cheap one's one: 0.83-0.91 of the pipeline. Beside a one-core CPU
+# hog a cheap stage's time doubled or tripled in some runs (custom loop: 0.63-0.81): asserted to take the most.
+COSTLY_SHARE_AT_LEAST = 0.5
 
 
 def record(tg_cmd, store_path, *args) -> RunReport:
@@ -33,7 +36,7 @@ def test_the_map_that_does_ten_times_the_work_is_named_costliest(store_path, tg_
     timed = [s for s in split["stages"] if s["share"] is not None]
     top = max(timed, key=lambda s: s["share"])
     assert top["function"] == "costly_transform" and top["location"] == f"staged_input.py:{line_of('costly_transform')}"
-    assert top["share"] >= 0.7, split["stages"]
+    assert top["share"] >= COSTLY_SHARE_AT_LEAST, split["stages"]
     # The cheap maps run Python too: each is named as a py_function stage.
     assert [s["stage"] for s in split["stages"]].count("Map (py_function)") == 3
     assert split["stages_cost_seconds"] > 0
@@ -57,7 +60,7 @@ def test_a_custom_loop_over_the_pipeline_has_its_stages_timed_as_it_ends(store_p
     stages = (report.input_split or {}).get("stages") or []
     top = max((s for s in stages if s["share"] is not None), key=lambda s: s["share"])
     assert top["function"] == "costly_transform" and top["location"] == f"staged_input.py:{line_of('costly_transform')}"
-    assert top["share"] >= 0.7, stages
+    assert top["share"] >= COSTLY_SHARE_AT_LEAST, stages
     finding = next(f for f in report.findings if f.id == "input_bound")
     assert finding.evidence["costliest_stage"]["function"] == "costly_transform"
     assert finding.fix.startswith("The costliest stage is Map (py_function) costly_transform")
@@ -84,7 +87,7 @@ def test_a_stage_whose_elements_are_large_is_not_charged_for_copying_them(store_
     top = max((s for s in stages if s["share"] is not None), key=lambda s: s["share"])
     assert top["function"] == "costly_window", stages
     assert top["location"] == f"staged_input.py:{line_of('costly_window')}"
-    assert top["share"] >= 0.7, stages
+    assert top["share"] >= COSTLY_SHARE_AT_LEAST, stages
 
 
 def test_a_pipeline_ending_in_a_zip_of_batched_branches_times_every_stage_per_batch(store_path, tg_cmd):
@@ -95,4 +98,4 @@ def test_a_pipeline_ending_in_a_zip_of_batched_branches_times_every_stage_per_ba
     stages = (report.input_split or {}).get("stages") or []
     top = max((s for s in stages if s["share"] is not None), key=lambda s: s["share"])
     assert top["function"] == "costly_transform", stages
-    assert top["share"] >= 0.7, stages
+    assert top["share"] >= COSTLY_SHARE_AT_LEAST, stages

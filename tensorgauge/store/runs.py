@@ -103,7 +103,10 @@ class Store:
                 raise StoreUnreachable(f"store {self.location} stopped answering: {said}") from None
             raise StoreError(f"cannot {what} store {self.location}: {said}") from None
 
-    session_wait_seconds = 0.0  # how long a session tries again a server that refuses it for now
+    @property
+    def session_wait_seconds(self) -> float:
+        """How long a :meth:`session` tries again a server that refuses it for now: not at all."""
+        return 0.0
 
     def session(self) -> contextlib.AbstractContextManager:
         """A block of reads and writes on one connection (a recording's PostgreSQL store connects for each

@@ -203,7 +203,8 @@ class SpooledStore(Store):
         self._thread: threading.Thread | None = None
 
     @property
-    def session_wait_seconds(self) -> float:  # type: ignore[override]
+    def session_wait_seconds(self) -> float:
+        """:data:`SESSION_WAIT_SECONDS` once the store has taken the whole run, else not at all."""
         return SESSION_WAIT_SECONDS if self._took_all else 0.0
 
     @property
