@@ -54,7 +54,8 @@ def _server_cpu_seconds(names: tuple[str, ...] = ("postgres", "postmaster")) -> 
 
 
 def _workers(url: str, job: str, first: int, count: int, seconds: float, out, barrier, dilated: bool = False) -> None:
-    """``count`` workers in this process; puts (taken, connections, latencies, end waits) on ``out``."""
+    """``count`` workers in this process; puts (taken, connections, latencies, end waits, runs analysed, why
+    workers stopped waiting, why analyses failed) on ``out``."""
     from tensorgauge.analyse.run_report import RunReport
     from tensorgauge.errors import TensorgaugeError
     from tensorgauge.model import Sample

@@ -46,7 +46,7 @@ from tensorgauge.store.spool import Spool, spool_folder
 if TYPE_CHECKING:
     from tensorgauge.series import SampleSeries
 
-SHIP_SECONDS = 5.0  # a fleet of N workers makes N / SHIP_SECONDS connections a second
+SHIP_SECONDS = 5.0  # a fleet of N workers makes N / SHIP_SECONDS connections a second at most
 SHIP_ENV = "TENSORGAUGE_SHIP_SECONDS"
 SHIP_BATCHES = 200  # batches (0.5 s each) one transaction ships at most
 SHIP_LATENCY_FACTOR = 10  # a slow store is shipped to less often: after a transaction of L s, again in 10 L s
@@ -86,7 +86,8 @@ def open_for_recording(url: str) -> SpooledStore:
 
 
 class OpenChunk(NamedTuple):
-    """The run's last chunk as shipped, not yet full: its samples, and its first time (it is found by)."""
+    """The run's last chunk as shipped, not yet full: its samples, and its first sample's time (its row is
+    found by it)."""
 
     first_t: float
     series: SampleSeries
