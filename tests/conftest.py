@@ -1,4 +1,7 @@
+import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +27,16 @@ def alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def text_once_written(path: Path, started: subprocess.Popen, timeout: float = 30.0) -> str:
+    """The file's text once the job has written some: `write_text` creates the file before it writes, so a
+    reader that waits only for the file to exist can read it empty."""
+    deadline = time.monotonic() + timeout
+    while not (path.exists() and (text := path.read_text())):
+        assert time.monotonic() < deadline and started.poll() is None, f"the job never wrote {path.name}"
+        time.sleep(0.05)
+    return text
 
 
 def have_tensorflow() -> bool:

@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from conftest import alive
+from conftest import alive, text_once_written
 
 from tensorgauge.analyse.run_report import RunReport
 from tensorgauge.store import Store
@@ -28,11 +28,7 @@ def _start(tg_cmd, tmp_path, job: str, *options: str, **popen):
     ready = tmp_path / "ready"
     monitor = subprocess.Popen([*tg_cmd, "run", *options, "--", PY, "-c", job.replace("READY", repr(str(ready)))],
                                **popen)
-    deadline = time.monotonic() + 30
-    while not (ready.exists() and ready.read_text()):
-        assert time.monotonic() < deadline and monitor.poll() is None, "the job never started"
-        time.sleep(0.05)
-    return monitor, [int(pid) for pid in ready.read_text().split()]
+    return monitor, [int(pid) for pid in text_once_written(ready, monitor).split()]
 
 
 def assert_ended_by(sig: int, monitor, pids, store_path, after: str) -> None:

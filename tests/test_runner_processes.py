@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from conftest import alive
+from conftest import alive, text_once_written
 
 from tensorgauge.errors import UnknownRunError
 from tensorgauge.store import Store
@@ -170,8 +170,7 @@ def _started(tg_cmd, tmp_path, job: str, *options: str):
     ready = tmp_path / "ready"
     monitor = subprocess.Popen([*tg_cmd, "run", "-q", *options, "--", PY, "-c",
                                 job.replace("READY", repr(str(ready)))])
-    wait_for(ready)
-    return monitor, int(ready.read_text())
+    return monitor, int(text_once_written(ready, monitor))
 
 
 def test_a_job_that_ignores_sigterm_is_killed_after_the_grace_period(store_path, tg_cmd, tmp_path):
