@@ -14,6 +14,7 @@ from tensorgauge.analyse.input_split import ab_verdict, describe, input_split
 from tensorgauge.hook import input_ab
 from tensorgauge.hook.input_ab import InputAB, rounds_plan
 from tensorgauge.hook.input_window import allowance
+from tensorgauge.hook.machine_load import other_cores as read_other_cores  # (quiet_machine fakes it)
 from tensorgauge.model import Event, Phase
 from tensorgauge.monitoring.tryfixes import applicable
 
@@ -39,15 +40,27 @@ def test_the_rounds_fit_the_fit_or_say_why_not():
 
 
 def test_rounds_are_sized_by_time_for_short_steps():
-    """Eight real steps of 0.7 ms were 6 ms of evidence: short steps get rounds of at least 40 ms of real
-    steps and 20 ms of compute-only ones; steps of 5 ms or more keep eight and four."""
-    assert input_ab.Sizes.for_step(0.005) == input_ab.Sizes() == input_ab.Sizes(8, 6, 24)
-    assert input_ab.Sizes.for_step(0.045) == input_ab.Sizes()
+    """Eight real steps of 0.7 ms were 6 ms of evidence: short steps get rounds of real steps long enough for
+    the machine's load over them to be read (120 ms: ticks of 10 ms), and excursions as long; steps of 20 ms
+    or more keep eight real steps and six compute-only ones (two left out). A fit too short for three such
+    rounds gets compact ones: 40 ms of real steps, 20 ms of kept compute-only ones."""
+    assert input_ab.Sizes.for_step(0.020) == input_ab.Sizes(8, 6, 24, readable=True)
+    assert input_ab.Sizes.for_step(0.045, readable=False) == input_ab.Sizes() == input_ab.Sizes(8, 6, 24)
+    assert input_ab.Sizes.for_step(0.015) == input_ab.Sizes(8, 8, 24, readable=True)
+    assert input_ab.Sizes.for_step(0.005) == input_ab.Sizes(24, 24, 24, readable=True)
     short = input_ab.Sizes.for_step(0.0007)
-    assert short.real == 58 and short.probe == 2 + 29 and short.max_settle == 3 * short.probe
-    assert short.steps_for(3) > input_ab.steps_for(3)
+    # As many compute-only steps: at most three times the 29 kept that 20 ms needs drain after one.
+    assert short.real == 172 and short.probe == 172 and short.max_settle == 3 * (2 + 29)
+    compact = input_ab.Sizes.for_step(0.0007, readable=False)
+    assert compact.real == 58 and compact.probe == 2 + 29 and compact.max_settle == 3 * compact.probe
+    # Readable rounds' stashed steps are the fit's: counted in the steps they take.
+    assert short.steps_for(3) == 2 + 172 + 172 + 2 * (93 + 172 + 172)
+    assert input_ab.sizes_for(short.steps_for(3), 0.0007) == short
+    assert input_ab.sizes_for(short.steps_for(3) - 1, 0.0007) == compact
+    assert input_ab.sizes_for(None, 0.0007) == compact  # a fit of unknown length: rounds it surely has room for
     assert rounds_plan(short.steps_for(3), 0.0007)[0] == 3 and rounds_plan(short.steps_for(3), 0.005)[0] == 5
-    assert rounds_plan(short.steps_for(3) - 1, 0.0007) == (0, None)  # then the steps left, after the fit
+    assert rounds_plan(compact.steps_for(3), 0.0007)[0] == 3  # compact ones
+    assert rounds_plan(compact.steps_for(3) - 1, 0.0007) == (0, None)  # then the steps left, after the fit
 
 
 class FakeModel:
@@ -124,6 +137,11 @@ def test_the_ab_times_real_and_compute_only_steps_in_rounds_and_restores_the_mod
     assert verdict["input_wait_seconds"] == pytest.approx(0.004)
 
 
+def spans_the_load(real: list[float]) -> bool:
+    """A round's real steps span the time a load reading needs (give or take the fake clock's rounding)."""
+    return sum(real) >= input_ab.machine_load.MIN_SPAN_SECONDS - 1e-9
+
+
 class FitIterator:
     """The fit's iterator over one epoch of numbered batches; each takes ``wait`` seconds to make."""
 
@@ -140,10 +158,11 @@ class FitIterator:
         return self.next_batch - 1
 
 
-def fit_on_batches(monkeypatch, steps_per_epoch, epochs, held_bytes=1000, wait=0.004, compute=0.006, restored=None):
+def fit_on_batches(monkeypatch, steps_per_epoch, epochs, held_bytes=1000, wait=0.004, compute=0.006, restored=None,
+                   pause=0.010, on_pause=None, sizes=None, steps_left=None):
     """The A/B on a fake fit over numbered batches, looping as Keras' does: a step per train function
-    call on the epoch's iterator, until it runs out. Returns the A/B, the batches trained in order and
-    the fake model."""
+    call on the epoch's iterator, until it runs out; the tool's wait for the pipeline after a pull lasts
+    ``pause`` seconds (``on_pause`` called with them). Returns the A/B, the batches trained in order and the fake model."""
     clock = Clock()
     monkeypatch.setattr(input_ab.time, "monotonic", clock)
     monkeypatch.setattr(input_ab, "repeated", lambda batch, spec: itertools.repeat(batch))
@@ -151,7 +170,13 @@ def fit_on_batches(monkeypatch, steps_per_epoch, epochs, held_bytes=1000, wait=0
     monkeypatch.setattr(input_ab, "batch_bytes", lambda batch: held_bytes)
     monkeypatch.setattr(input_ab, "shapes_of", lambda batch: [[64, 8]])
     monkeypatch.setattr(input_ab, "restored", restored or (lambda model: pytest.fail("nothing is restored")))
-    monkeypatch.setattr(input_ab, "wait_until_quiet", lambda bound: setattr(clock, "now", clock.now + 0.010))
+
+    def wait_until_quiet(bound):
+        clock.now += pause
+        if on_pause is not None:
+            on_pause(pause)
+
+    monkeypatch.setattr(input_ab, "wait_until_quiet", wait_until_quiet)
     trained: list[int] = []
 
     class Model:
@@ -163,7 +188,7 @@ def fit_on_batches(monkeypatch, steps_per_epoch, epochs, held_bytes=1000, wait=0
             return {}
 
     model = Model()
-    ab = InputAB(model, None, 5, allowance_seconds=0.4, clock=clock)
+    ab = InputAB(model, None, 5, allowance_seconds=0.4, clock=clock, sizes=sizes, steps_left=steps_left)
     for epoch in range(epochs):
         iterator = FitIterator(clock, epoch * steps_per_epoch, steps_per_epoch, wait)
         while True:
@@ -197,6 +222,51 @@ def test_the_excursions_are_the_fits_own_next_steps_on_batches_pulled_ahead(monk
     # refill (10 ms here). Not the pull of an excursion's six batches (6 x 4 ms): the fit's own waits for
     # them, paid ahead (an epoch's start that falls in a pull stays the job's pause).
     assert [round(a - b, 6) for a, b in event["excursions_before"]] == [0.0] + [0.010] * 3
+
+
+def test_each_side_of_a_round_reads_the_load_over_its_own_steps(monkeypatch, events):
+    """A neighbour busy only in the tool's pause between a round's real and stashed steps is in neither
+    side's load: read from the pull on, it read as busy beside the stashed steps (the healthy demo beside
+    another test's jobs: rounds of 46%, real steps 22 ms against 12 ms, loads of 1.0 and 0.9)."""
+    busy = {"seconds": 0.0}
+
+    def mark():
+        return input_ab.time.monotonic(), busy["seconds"], 0.0  # the job's own CPU: none, on the fake clock
+
+    def neighbour(seconds):  # one core busy through each pause, gone otherwise
+        busy["seconds"] += seconds
+
+    monkeypatch.setattr(input_ab.machine_load, "mark", mark)
+    monkeypatch.setattr(input_ab.machine_load, "other_cores", read_other_cores)
+    # A healthy fit's steps: compute-only ones as long as real ones, long enough for their load to be read.
+    fit_on_batches(monkeypatch, steps_per_epoch=400, epochs=1, wait=0.0005, compute=0.010, pause=0.2,
+                   on_pause=neighbour, sizes=input_ab.Sizes.for_step(0.0105))
+    (event,) = [e for e in events() if e["kind"] == "input_ab"]
+    assert event["other_cores"] and all(load == [0.0, 0.0] for load in event["other_cores"])
+    assert all(spans_the_load(r) for r in event["real_step_seconds"])
+
+
+def test_readable_rounds_time_real_steps_until_their_load_can_be_read(monkeypatch, events):
+    """Steps faster than planned (6 ms where 10 ms was estimated): each round's real steps go on until they
+    span the 0.1 s a load reading needs; at most twice the planned steps (the fit's steps left were planned
+    for: 2 ms steps stop at 24); compact rounds keep their planned eight."""
+    planned = input_ab.Sizes.for_step(0.010)
+    fit_on_batches(monkeypatch, steps_per_epoch=600, epochs=1, wait=0.001, compute=0.005, sizes=planned)
+    (event,) = [e for e in events() if e["kind"] == "input_ab"]
+    assert event["real_step_seconds"] and all(planned.real < len(r) < 2 * planned.real and spans_the_load(r)
+                                              for r in event["real_step_seconds"])
+    fit_on_batches(monkeypatch, steps_per_epoch=600, epochs=1, wait=0.001, compute=0.001, sizes=planned)
+    (event,) = [e for e in events() if e["kind"] == "input_ab"]
+    assert all(len(r) == 2 * planned.real for r in event["real_step_seconds"])
+    # Only while the fit has room left for the rest of the three rounds a verdict needs, as planned.
+    fit_on_batches(monkeypatch, steps_per_epoch=600, epochs=1, wait=0.001, compute=0.005, sizes=planned,
+                   steps_left=planned.steps_for(3))
+    (event,) = [e for e in events() if e["kind"] == "input_ab"]
+    assert event["real_step_seconds"] and all(len(r) == planned.real for r in event["real_step_seconds"])
+    fit_on_batches(monkeypatch, steps_per_epoch=600, epochs=1, wait=0.001, compute=0.004,
+                   sizes=input_ab.Sizes.for_step(0.010, readable=False))
+    (event,) = [e for e in events() if e["kind"] == "input_ab"]
+    assert all(len(r) == input_ab.REAL_STEPS for r in event["real_step_seconds"])
 
 
 def test_an_excursion_cut_short_by_the_epochs_end_runs_again_in_the_next(monkeypatch, events):
@@ -399,6 +469,9 @@ def test_rounds_that_disagree_on_a_cost_the_whole_span_bears_out_establish_it():
     assert verdict["input_share"] == pytest.approx(1 - 0.0018 / ((0.32 + 21 * 0.0119) / 143), abs=1e-3)
     # The span's other steps as fast as the compute-only ones: the rounds' swing was not the fit's.
     assert not ab_verdict({**swinging, "untimed_steps": [0.0017 * 400, 400]})["established"]
+    # Beside a neighbour busy through the rounds, its bursts slow the span's steps as input would: not tried.
+    beside = ab_verdict({**swinging, "untimed_steps": [0.0040 * 80, 80], "other_cores": [[0.9, 0.8]] * 3})
+    assert not beside["established"] and not beside["spanned"] and beside["verdict"].startswith("within noise")
     # A healthy fit with one odd round: the rounds' means within a fifth of each other, whatever the span.
     odd = {"real_step_seconds": [[0.013] * 10, [0.020] * 10, [0.013] * 10, [0.0128] * 10],
            "compute_step_seconds": [[0.0135] * 5] * 4, "untimed_steps": [0.030 * 40, 40]}
@@ -425,8 +498,12 @@ def test_rounds_whose_neighbours_came_or_went_are_left_out_of_the_verdict():
     assert "load changed between the real and the compute-only steps of 3 of 4 rounds" in came["verdict"]
     # One round of five disturbed: the four others carry the verdict.
     five = ab_event([0.048, 0.047, 0.049, 0.050, 0.048], [0.037] * 5)
-    one = ab_verdict({**five, "other_cores": [[1.2, 0.3], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [None, 1.0]]})
+    one = ab_verdict({**five, "other_cores": [[1.2, 0.3], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [None, 0.1]]})
     assert one["established"] and one["disturbed_rounds"] == 1 and one["rounds"] == 4
+    # A side whose load could not be read, the other's busy: the neighbour may have been on one side only.
+    unread = ab_verdict({**five, "other_cores": [[1.2, 0.3], [1.0, 1.0], [1.0, 1.0], [0.9, None], [None, 1.0]]})
+    assert not unread["established"] and unread["disturbed_rounds"] == 3 and unread["rounds"] == 2
+    assert "load changed between the real and the compute-only steps of 3 of 5 rounds" in unread["verdict"]
 
 
 def test_disturbed_rounds_count_for_a_cost_their_disturbance_cannot_explain():
@@ -448,6 +525,12 @@ def test_disturbed_rounds_count_for_a_cost_their_disturbance_cannot_explain():
     hidden = ab_verdict({**ab_event([0.048, 0.047, 0.049, 0.050], [0.037] * 4), "machine_cpus": 2,
                          "other_cores": [[0.2, 1.2], [1.0, 1.0], [0.3, 1.3], [1.0, 1.0]]})
     assert hidden["established"] and hidden["disturbed_rounds_kept"] == 2
+    # A side whose load could not be read is taken at its worst: an unread real side as busy as the machine (a
+    # neighbour on two CPUs could slow it 4x), an unread compute-only side idle. 20x is beyond; 3x is not.
+    unread = [[None, 0.5], [1.0, None], [None, 0.4], [1.1, None]]
+    assert ab_verdict({**slow, "other_cores": unread, "machine_cpus": 2})["disturbed_rounds_kept"] == 4
+    three = ab_verdict({**ab_event([0.012] * 4, [0.004] * 4), "other_cores": unread, "machine_cpus": 2})
+    assert not three["established"] and three["disturbed_rounds"] == 4 and three["disturbed_rounds_kept"] == 0
     none = ab_verdict({**ab_event([0.037] * 4, [0.037] * 4), "machine_cpus": 2,
                        "other_cores": [[0.2, 1.2], [1.0, 1.0], [0.3, 1.3], [1.0, 1.0]]})
     assert not none["established"] and none["rounds"] == 2 and none["verdict"].startswith("within noise")

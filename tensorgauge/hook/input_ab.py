@@ -7,8 +7,10 @@ that drift (a noisy neighbour, a CPU clocking down) falls on both sides alike:
 - untimed steps, :data:`SETTLE_STEPS` or about three for every step the pause
   before lasted (the pause let the pipeline fill its prefetch buffer: the steps
   that drain it are not typical);
-- :data:`REAL_STEPS` real steps, each timed to the end of its results;
-- an excursion of :data:`PROBE_STEPS` compute-only steps (the first two left
+- :data:`REAL_STEPS` real steps or more, each timed to the end of its results,
+  spanning enough time for the machine's other load over them to be read;
+- an excursion of :data:`PROBE_STEPS` compute-only steps or more, as long as the
+  real steps where they are short, its load read over them alone (the first two left
   out: the pipeline's threads, still filling its buffer, take cores from them;
   with one left out, a serial Python map's 35% cost read as 11-27%). Where the
   fit's batches are small enough to hold (:data:`STASH_MAX_BYTES`), these are
@@ -22,11 +24,12 @@ that drift (a noisy neighbour, a CPU clocking down) falls on both sides alike:
   TensorFlow's threads still spinning, one after Python's work between steps
   does not: 5-8% of a 5 ms step), every variable they touch restored after.
 
-Rounds are sized by time as well as steps (:class:`Sizes`): steps of 0.7 ms get rounds of about 60
-real and 30 compute-only steps, steps of 5 ms or more eight and four. A fit too short for
-:data:`MIN_ROUNDS` rounds within it, but with :data:`AFTER_FIT_MIN_STEPS` steps or more left, has every
-step left timed, and as it ends, three blocks of its steps are held against three blocks of as many
-compute-only steps.
+Rounds are sized by time as well as steps (:class:`Sizes`): steps of 0.7 ms get rounds of about 170
+real and as many compute-only steps, steps of 20 ms or more eight and six; a fit too short for three
+such rounds, or of unknown length, gets compact ones (58 and 31 for 0.7 ms, their load may go unread).
+A fit too short for :data:`MIN_ROUNDS` rounds within it, but with :data:`AFTER_FIT_MIN_STEPS` steps or
+more left, has every step left timed, and as it ends, three blocks of its steps are held against three
+blocks of as many compute-only steps.
 
 The difference of the medians is what input costs a step, whether the step waits
 for its batch or the pipeline's threads take the cores from the step; the rounds
@@ -75,6 +78,10 @@ _DROPPED = 2  # compute-only steps left out of each excursion (the pipeline stil
 # Rounds sized by time as well as steps: a round's timed real steps span at least ROUND_SECONDS, its compute-only
 # steps half that (eight real steps of 0.7 ms were 6 ms of evidence, and the verdict flipped from run to run).
 ROUND_SECONDS, MAX_ROUND_STEPS = 0.04, 256
+# ... and the real steps long enough for the machine's load over them to be read (machine_load.MIN_SPAN_SECONDS,
+# planned with a margin): eight real steps of 12 ms read none, so a neighbour busy in them and not in the round's
+# compute-only steps went unseen (the healthy demo beside another test's jobs: rounds of 40%, "input costs 28%").
+REAL_SECONDS = max(ROUND_SECONDS, 1.2 * machine_load.MIN_SPAN_SECONDS)
 AFTER_FIT_MIN_STEPS = 9  # a fit with fewer timed steps left than this gets no verdict (3 blocks of 3)
 # The most an excursion's batches pulled ahead may hold; larger ones get extra steps on one batch instead.
 STASH_MAX_BYTES = 64 << 20
@@ -88,27 +95,40 @@ PULLED = "the fit's own next batches, pulled ahead"
 @dataclass(frozen=True)
 class Sizes:
     """A round's steps for the fit's step time: the timed real ones, the compute-only ones of an excursion
-    (the first :data:`_DROPPED` left out) and the most untimed ones after an excursion."""
+    (the first :data:`_DROPPED` left out) and the most untimed ones after an excursion; ``readable``: each
+    side long enough for the machine's load over it to be read (:meth:`for_step`)."""
 
     real: int = REAL_STEPS
     probe: int = PROBE_STEPS
     max_settle: int = MAX_SETTLE_STEPS
+    readable: bool = False
 
     @classmethod
-    def for_step(cls, step_seconds: float | None) -> Sizes:
+    def for_step(cls, step_seconds: float | None, readable: bool = True) -> Sizes:
+        """Rounds of real steps spanning :data:`REAL_SECONDS` (at least :data:`REAL_STEPS`), and excursions as
+        long, with :data:`ROUND_SECONDS` / 2 of kept compute-only steps at least; not ``readable``: compact
+        rounds, real steps spanning :data:`ROUND_SECONDS` and the kept compute-only ones half that."""
         if not step_seconds or step_seconds <= 0:
             return cls()
-        real = min(MAX_ROUND_STEPS, max(REAL_STEPS, math.ceil(ROUND_SECONDS / step_seconds)))
-        probe = _DROPPED + min(MAX_ROUND_STEPS, max(PROBE_STEPS - _DROPPED, math.ceil(ROUND_SECONDS / 2 / step_seconds)))
-        return cls(real, probe, max(MAX_SETTLE_STEPS, 3 * probe))
+        kept = max(PROBE_STEPS - _DROPPED, math.ceil(ROUND_SECONDS / 2 / step_seconds))
+        least = _DROPPED + min(MAX_ROUND_STEPS, kept)
+        settle = max(MAX_SETTLE_STEPS, 3 * least)  # what a compact excursion leaves to drain, at most
+        if not readable:
+            return cls(min(MAX_ROUND_STEPS, max(REAL_STEPS, math.ceil(ROUND_SECONDS / step_seconds))), least, settle)
+        span = math.ceil(REAL_SECONDS / step_seconds)
+        return cls(min(MAX_ROUND_STEPS, max(REAL_STEPS, span)),
+                   max(least, min(_DROPPED + MAX_ROUND_STEPS, span)), settle, readable=True)
 
     def steps_for(self, rounds: int) -> int:
         """The fit's steps that ``rounds`` rounds take: the untimed ones after the pause before each (the first
         round has none before it; an excursion lasts about as many real steps as it has compute-only ones, so
-        about three times that drain after it), the timed ones, and the one that holds the excursion."""
+        about three times that drain after it), the timed ones, and those that hold the excursion: the one an
+        excursion of extra steps runs in; a readable round's stashed steps, as many as its real ones (a
+        compact round's few fit in the margin of its drained steps, at most three for each)."""
         if not rounds:
             return 0
-        return SETTLE_STEPS + self.real + 1 + (rounds - 1) * (min(self.max_settle, 3 * self.probe) + self.real + 1)
+        held = self.probe if self.readable else 1
+        return SETTLE_STEPS + self.real + held + (rounds - 1) * (min(self.max_settle, 3 * self.probe) + self.real + held)
 
 
 def steps_for(rounds: int) -> int:
@@ -116,15 +136,27 @@ def steps_for(rounds: int) -> int:
     return Sizes().steps_for(rounds)
 
 
+def sizes_for(steps_left: int | None, step_seconds: float | None) -> Sizes:
+    """A fit's round sizes: readable ones where :data:`MIN_ROUNDS` of them fit in its ``steps_left``, else,
+    and where its length is unknown (None: a dataset of unknown size in its first epoch), compact ones
+    (keras-io's wide-and-deep program, fits of 194 steps of 1.8 ms over CSV files: readable rounds ended
+    after one, compact ones give its verdict)."""
+    readable = Sizes.for_step(step_seconds)
+    if steps_left is not None and readable.steps_for(MIN_ROUNDS) <= steps_left:
+        return readable
+    return Sizes.for_step(step_seconds, readable=False)
+
+
 def rounds_plan(steps_left: int | None, step_seconds: float | None = None) -> tuple[int, str | None]:
     """(rounds to run, why none) for a fit with ``steps_left`` steps to go (None: unknown) of
-    ``step_seconds``. 0 rounds with no reason: too short for rounds within the fit, long enough to time
-    every step left against compute-only steps after it (:data:`AFTER_FIT_MIN_STEPS`). The cost is bounded
-    as the rounds run (see :class:`InputAB`). A plan that counted only two untimed steps a round started 5
-    rounds in a warm-up epoch of 54 steps left, which ended after 2 of them: their cost paid for no verdict."""
+    ``step_seconds``, in the sizes :func:`sizes_for` gives. 0 rounds with no reason: too short for rounds
+    within the fit, long enough to time every step left against compute-only steps after it
+    (:data:`AFTER_FIT_MIN_STEPS`). The cost is bounded as the rounds run (see :class:`InputAB`). A plan that
+    counted only two untimed steps a round started 5 rounds in a warm-up epoch of 54 steps left, which ended
+    after 2 of them: their cost paid for no verdict."""
     if steps_left is None:
         return ROUNDS, None
-    sizes = Sizes.for_step(step_seconds)
+    sizes = sizes_for(steps_left, step_seconds)
     rounds = max((n for n in range(ROUNDS + 1) if sizes.steps_for(n) <= steps_left), default=0)
     if rounds >= MIN_ROUNDS:
         return rounds, None
@@ -138,10 +170,12 @@ class InputAB:
     """Runs the rounds as the fit's steps begin (see the module doc)."""
 
     def __init__(self, model, fit_input, rounds: int, allowance_seconds: float | None, clock=time.monotonic,
-                 sizes: Sizes | None = None):
+                 sizes: Sizes | None = None, steps_left: int | None = None):
         """``rounds`` 0: every step left is timed, and the compute-only steps run once the fit has trained
-        (a fit too short for rounds within it: see :meth:`_after_fit`)."""
+        (a fit too short for rounds within it: see :meth:`_after_fit`); ``steps_left``: the fit's steps from
+        this one on, where known."""
         self.model, self.fit_input = model, fit_input
+        self.steps_left, self.steps_seen = steps_left, 0
         self.rounds, self.allowance_seconds, self.clock = rounds, allowance_seconds, clock
         self.sizes = sizes or Sizes()
         self.after_fit = rounds == 0
@@ -168,7 +202,8 @@ class InputAB:
         self.pull_due = False  # the next step pulls an excursion's batches ahead
         self.stash: list = []  # per stashed step left: the iterator of the batches pulled ahead
         self.stash_times: list[float] = []  # ... the stashed steps so far
-        self.stash_load: tuple[float, float, float] | None = None  # the machine's load as the pull began
+        self.pull_load: tuple[float, float, float] | None = None  # the machine's load as the pull began
+        self.stash_load: tuple[float, float, float] | None = None  # ... and as the first stashed step began
         self.stash_began = self.stash_cost = 0.0
         self.error: Exception | None = None  # the tool's own, in a step of the fit's: raised at the next begin
         self.original = None  # the fit's train function, while it is wrapped
@@ -176,6 +211,7 @@ class InputAB:
         self.measured = False  # finished with MIN_ROUNDS rounds or more
         self.too_slow = False  # the real steps are too long for even one excursion in the allowance
         self.block_began: tuple[float, float, float] | None = None  # the machine's load as a round's real steps began
+        self.block_start = 0.0  # ... and the clock then
         self.other_cores: list[list[float | None]] = []  # per round: others' cores in its real, compute-only steps
 
     # -- the fit's steps ------------------------------------------------------------
@@ -184,6 +220,7 @@ class InputAB:
         """At the beginning of each of the fit's steps; True once the A/B is over."""
         if not self.active:
             return True
+        self.steps_seen += 1
         if self.original is None:
             self._wrap()
         if self.error is not None:
@@ -191,7 +228,7 @@ class InputAB:
         if self.pull_due or self.stash:  # an excursion of the fit's own steps is under way
             self.timing = False
             return False
-        if not self.after_fit and len(self.real[-1]) >= self.sizes.real:
+        if not self.after_fit and len(self.real[-1]) >= self.sizes.real and self._load_readable():
             if len(self.compute) < len(self.real):  # the round's excursion is still to run
                 if self._stashable():
                     self.pull_due, self.timing = True, False
@@ -209,6 +246,25 @@ class InputAB:
         self.timing = self.settle <= 0
         self.settle -= 1
         return False
+
+    def _load_readable(self) -> bool:
+        """The round's real steps so far span enough time for the machine's load over them to be read
+        (:data:`~tensorgauge.hook.machine_load.MIN_SPAN_SECONDS`: a round whose steps run faster than planned is
+        timed a few steps longer), or cannot be read at all, or the round has twice its planned steps, or the
+        fit has no room left for more (:meth:`_room_to_extend`); compact rounds (:class:`Sizes`) as planned."""
+        return (not self.sizes.readable or self.block_began is None or self.last_end is None
+                or len(self.real[-1]) >= min(MAX_ROUND_STEPS, 2 * self.sizes.real) or not self._room_to_extend()
+                or self.last_end - self.block_start >= machine_load.MIN_SPAN_SECONDS)
+
+    def _room_to_extend(self) -> bool:
+        """Another real step in this round leaves the fit room for the rest of the rounds a verdict needs, as
+        planned (keras-io's wide-and-deep program, fits of 194 steps planned at 6 ms that ran 2 ms: each round
+        timed to 0.1 s, they ended after one)."""
+        if self.steps_left is None:
+            return True
+        sizes, later = self.sizes, max(0, MIN_ROUNDS - len(self.real))
+        needed = sizes.probe + later * (min(sizes.max_settle, 3 * sizes.probe) + sizes.real + sizes.probe)
+        return self.steps_seen + needed <= self.steps_left
 
     def _wrap(self) -> None:
         original = self.original = self.model.train_function
@@ -228,9 +284,9 @@ class InputAB:
                 logs = original(iterator)
                 self.untimed.append(time.monotonic() - start)
                 return logs
-            if not self.real[-1]:
-                self.block_began = machine_load.mark()
             start = time.monotonic()
+            if not self.real[-1]:
+                self.block_began, self.block_start = machine_load.mark(), start
             if self.last_end is not None:
                 self.gaps.append(start - self.last_end)
             logs = original(iterator)
@@ -295,7 +351,9 @@ class InputAB:
         # py_function map the GIL) from the compute-only steps, as slow as real ones in 2 of 5 rounds of a
         # newcomer's convnet. What it makes meanwhile, the real steps after take without waiting.
         wait_until_quiet(max(QUIET_MIN_SECONDS, QUIET_PER_PULL * (pulled - began)))
-        self.stash_times, self.stash_load = [], load  # the others' load read from the pull to the last step
+        # The others' load is read over the real steps (to the pull) and over the stashed steps, not the pause
+        # between: a neighbour busy in the pause and gone in the stashed steps read as busy beside both.
+        self.stash_times, self.pull_load, self.stash_load = [], load, None
         self.stash_began = ended = self.clock()
         self.stash_cost = built - pulled
         self.cost += self.stash_cost
@@ -305,6 +363,8 @@ class InputAB:
 
     def _stashed_step(self, original):
         """One of the fit's steps on its batch pulled ahead: a compute-only step, timed to its end."""
+        if not self.stash_times:
+            self.stash_load = machine_load.mark()
         start = time.monotonic()
         logs = original(self.stash.pop(0))
         wait_for(logs)
@@ -326,7 +386,7 @@ class InputAB:
         self.round_costs.append(self.stash_cost)
         self.source = PULLED
         self.pauses.append(self.clock() - self.stash_began)
-        self.other_cores.append([machine_load.other_cores(self.block_began, self.stash_load),
+        self.other_cores.append([machine_load.other_cores(self.block_began, self.pull_load),
                                  machine_load.other_cores(self.stash_load, machine_load.mark())])
 
     def _settle_steps(self) -> int:

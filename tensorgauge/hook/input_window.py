@@ -32,7 +32,7 @@ import time
 
 from tensorgauge.hook.channel import channel
 from tensorgauge.hook.diagnose import fit_epochs, keras_backend, mode
-from tensorgauge.hook.input_ab import InputAB, Sizes, rounds_plan
+from tensorgauge.hook.input_ab import InputAB, rounds_plan, sizes_for
 from tensorgauge.hook.listeners import FitCall, FitListener, on_fit
 from tensorgauge.hook.probes import small_steps, spe_probe, xla_on_cpu, xla_probe
 from tensorgauge.hook.profiler_window import (
@@ -175,7 +175,8 @@ class _InputDiagnosis(FitListener):
         if not self.unbounded:
             self.budget = allowance(expected)
         self.decided = True
-        self.ab = InputAB(model, self.call.fit_input, rounds, self.budget, sizes=Sizes.for_step(step))
+        self.ab = InputAB(model, self.call.fit_input, rounds, self.budget, sizes=sizes_for(left, step),
+                           steps_left=left)
         self.ab.on_step_begin()  # this step is the first of the A/B
 
     def _explain(self, now: float) -> None:
