@@ -244,6 +244,12 @@ def test_each_side_of_a_round_reads_the_load_over_its_own_steps(monkeypatch, eve
     (event,) = [e for e in events() if e["kind"] == "input_ab"]
     assert event["other_cores"] and all(load == [0.0, 0.0] for load in event["other_cores"])
     assert all(spans_the_load(r) for r in event["real_step_seconds"])
+    # Compute-only steps too short to be read on their own (an input-bound fit's): read from the pull, pause
+    # included, rather than not at all (an unread side beside a neighbour would leave the round out).
+    fit_on_batches(monkeypatch, steps_per_epoch=400, epochs=1, wait=0.008, compute=0.002, pause=0.2,
+                   on_pause=neighbour, sizes=input_ab.Sizes.for_step(0.010))
+    (event,) = [e for e in events() if e["kind"] == "input_ab"]
+    assert event["other_cores"] and all(load[0] == 0.0 and load[1] > 0.5 for load in event["other_cores"])
 
 
 def test_readable_rounds_time_real_steps_until_their_load_can_be_read(monkeypatch, events):

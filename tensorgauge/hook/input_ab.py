@@ -166,6 +166,15 @@ def rounds_plan(steps_left: int | None, step_seconds: float | None = None) -> tu
                f"{AFTER_FIT_MIN_STEPS + SETTLE_STEPS} the A/B needs")
 
 
+def _own_or_wider(steps_began, pause_began, now):
+    """The other processes' cores over an excursion's compute-only steps, read from their first (``steps_began``)
+    where that spans enough to be read, else from the tool's pause before them (``pause_began``): compute-only
+    steps much shorter than real ones (an input-bound fit's 4 ms against 70 ms) are rarely long enough, and an
+    unread side beside a neighbour leaves its round out."""
+    own = machine_load.other_cores(steps_began, now)
+    return own if own is not None else machine_load.other_cores(pause_began, now)
+
+
 class InputAB:
     """Runs the rounds as the fit's steps begin (see the module doc)."""
 
@@ -352,7 +361,8 @@ class InputAB:
         # newcomer's convnet. What it makes meanwhile, the real steps after take without waiting.
         wait_until_quiet(max(QUIET_MIN_SECONDS, QUIET_PER_PULL * (pulled - began)))
         # The others' load is read over the real steps (to the pull) and over the stashed steps, not the pause
-        # between: a neighbour busy in the pause and gone in the stashed steps read as busy beside both.
+        # between (:func:`_own_or_wider`): a neighbour busy in the pause and gone in the stashed steps read as
+        # busy beside both.
         self.stash_times, self.pull_load, self.stash_load = [], load, None
         self.stash_began = ended = self.clock()
         self.stash_cost = built - pulled
@@ -387,7 +397,7 @@ class InputAB:
         self.source = PULLED
         self.pauses.append(self.clock() - self.stash_began)
         self.other_cores.append([machine_load.other_cores(self.block_began, self.pull_load),
-                                 machine_load.other_cores(self.stash_load, machine_load.mark())])
+                                 _own_or_wider(self.stash_load, self.pull_load, machine_load.mark())])
 
     def _settle_steps(self) -> int:
         """Real steps to leave untimed after an excursion: what the pipeline prefetched during it drains
@@ -498,7 +508,7 @@ class InputAB:
             self.compute.append(times[_DROPPED:])
             # (A short fit's real steps, timed in blocks after it, ran long before their excursion: not read.)
             self.other_cores.append([None if self.after_fit else machine_load.other_cores(self.block_began, real_ended),
-                                     machine_load.other_cores(computed, machine_load.mark())])
+                                     _own_or_wider(computed, real_ended, machine_load.mark())])
         finally:
             ended = self.clock()
             self.cost += ended - began
