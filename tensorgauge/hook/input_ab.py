@@ -10,7 +10,8 @@ that drift (a noisy neighbour, a CPU clocking down) falls on both sides alike:
 - :data:`REAL_STEPS` real steps or more, each timed to the end of its results,
   spanning enough time for the machine's other load over them to be read;
 - an excursion of :data:`PROBE_STEPS` compute-only steps or more, as long as the
-  real steps where they are short, its load read over them alone (the first two left
+  real steps where they are short, its load read over them alone where they last
+  long enough, else from the pull before them (the first two left
   out: the pipeline's threads, still filling its buffer, take cores from them;
   with one left out, a serial Python map's 35% cost read as 11-27%). Where the
   fit's batches are small enough to hold (:data:`STASH_MAX_BYTES`), these are
@@ -127,8 +128,18 @@ class Sizes:
         compact round's few fit in the margin of its drained steps, at most three for each)."""
         if not rounds:
             return 0
-        held = self.probe if self.readable else 1
-        return SETTLE_STEPS + self.real + held + (rounds - 1) * (min(self.max_settle, 3 * self.probe) + self.real + held)
+        return SETTLE_STEPS + self.real + self.held + (rounds - 1) * self.later_round
+
+    @property
+    def held(self) -> int:
+        """The fit's steps that hold a round's excursion (see :meth:`steps_for`)."""
+        return self.probe if self.readable else 1
+
+    @property
+    def later_round(self) -> int:
+        """The fit's steps a round after the first takes: those drained after the excursion before it, its
+        timed ones and those that hold its own excursion."""
+        return min(self.max_settle, 3 * self.probe) + self.real + self.held
 
 
 def steps_for(rounds: int) -> int:
@@ -166,7 +177,8 @@ def rounds_plan(steps_left: int | None, step_seconds: float | None = None) -> tu
                f"{AFTER_FIT_MIN_STEPS + SETTLE_STEPS} the A/B needs")
 
 
-def _own_or_wider(steps_began, pause_began, now):
+def _own_or_wider(steps_began: machine_load.Mark | None, pause_began: machine_load.Mark | None,
+                  now: machine_load.Mark | None) -> float | None:
     """The other processes' cores over an excursion's compute-only steps, read from their first (``steps_began``)
     where that spans enough to be read, else from the tool's pause before them (``pause_began``): compute-only
     steps much shorter than real ones (an input-bound fit's 4 ms against 70 ms) are rarely long enough, and an
@@ -211,15 +223,15 @@ class InputAB:
         self.pull_due = False  # the next step pulls an excursion's batches ahead
         self.stash: list = []  # per stashed step left: the iterator of the batches pulled ahead
         self.stash_times: list[float] = []  # ... the stashed steps so far
-        self.pull_load: tuple[float, float, float] | None = None  # the machine's load as the pull began
-        self.stash_load: tuple[float, float, float] | None = None  # ... and as the first stashed step began
+        self.pull_load: machine_load.Mark | None = None  # the machine's load as the pull began
+        self.stash_load: machine_load.Mark | None = None  # ... and as the first stashed step began
         self.stash_began = self.stash_cost = 0.0
         self.error: Exception | None = None  # the tool's own, in a step of the fit's: raised at the next begin
         self.original = None  # the fit's train function, while it is wrapped
         self.active = True
         self.measured = False  # finished with MIN_ROUNDS rounds or more
         self.too_slow = False  # the real steps are too long for even one excursion in the allowance
-        self.block_began: tuple[float, float, float] | None = None  # the machine's load as a round's real steps began
+        self.block_began: machine_load.Mark | None = None  # the machine's load as a round's real steps began
         self.block_start = 0.0  # ... and the clock then
         self.other_cores: list[list[float | None]] = []  # per round: others' cores in its real, compute-only steps
 
@@ -271,9 +283,8 @@ class InputAB:
         timed to 0.1 s, they ended after one)."""
         if self.steps_left is None:
             return True
-        sizes, later = self.sizes, max(0, MIN_ROUNDS - len(self.real))
-        needed = sizes.probe + later * (min(sizes.max_settle, 3 * sizes.probe) + sizes.real + sizes.probe)
-        return self.steps_seen + needed <= self.steps_left
+        later = max(0, MIN_ROUNDS - len(self.real))
+        return self.steps_seen + self.sizes.held + later * self.sizes.later_round <= self.steps_left
 
     def _wrap(self) -> None:
         original = self.original = self.model.train_function

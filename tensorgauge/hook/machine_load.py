@@ -56,7 +56,10 @@ def _tree_cpu_seconds(pid: int | str, depth: int = 0) -> float:
     return total
 
 
-def mark() -> tuple[float, float, float] | None:
+Mark = tuple[float, float, float]  # (wall, machine busy CPU seconds, the job's CPU seconds): see mark()
+
+
+def mark() -> Mark | None:
     """(wall, machine busy CPU seconds, the job's CPU seconds) now; None without ``/proc/stat``."""
     busy = _machine_busy_seconds()
     if busy is None:
@@ -65,7 +68,7 @@ def mark() -> tuple[float, float, float] | None:
     return time.monotonic(), busy, own.user + own.system + _tree_cpu_seconds(os.getpid())
 
 
-def other_cores(begin: tuple[float, float, float] | None, end: tuple[float, float, float] | None) -> float | None:
+def other_cores(begin: Mark | None, end: Mark | None) -> float | None:
     """Cores the other processes kept busy between two :func:`mark` readings (None where either is, or
     where they are less than :data:`MIN_SPAN_SECONDS` apart)."""
     if begin is None or end is None or end[0] - begin[0] < MIN_SPAN_SECONDS:
