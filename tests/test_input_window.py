@@ -478,6 +478,13 @@ def test_rounds_that_disagree_on_a_cost_the_whole_span_bears_out_establish_it():
     # Beside a neighbour busy through the rounds, its bursts slow the span's steps as input would: not tried.
     beside = ab_verdict({**swinging, "untimed_steps": [0.0040 * 80, 80], "other_cores": [[0.9, 0.8]] * 3})
     assert not beside["established"] and not beside["spanned"] and beside["verdict"].startswith("within noise")
+    # ... nor where a neighbour came or went in a round, left out, the others quiet.
+    four = {"real_step_seconds": swinging["real_step_seconds"] + [[0.0018] * 21],
+            "compute_step_seconds": swinging["compute_step_seconds"] + [[0.0018] * 9], "machine_cpus": 2,
+            "untimed_steps": [0.0040 * 80, 80]}
+    came = ab_verdict({**four, "other_cores": [[0.1, 0.0]] * 3 + [[0.6, 0.0]]})
+    assert came["disturbed_rounds"] == 1 and not came["established"] and not came["spanned"]
+    assert ab_verdict({**four, "other_cores": [[0.1, 0.0]] * 4})["spanned"]  # the same rounds, undisturbed
     # A healthy fit with one odd round: the rounds' means within a fifth of each other, whatever the span.
     odd = {"real_step_seconds": [[0.013] * 10, [0.020] * 10, [0.013] * 10, [0.0128] * 10],
            "compute_step_seconds": [[0.0135] * 5] * 4, "untimed_steps": [0.030 * 40, 40]}

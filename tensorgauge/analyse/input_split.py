@@ -219,9 +219,11 @@ def _rounds_verdict(ab: InputAB, keep_disturbed: bool) -> dict:
     # what the next run would not (TensorFlow's classification tutorial under tf_keras, 1.3 ms steps, a bare
     # A/B of -1 to +4%: rounds of 6-11% pooled 8% in 1 run of 5, the others 0-10% within noise).
     # Beside other work (a round disturbed, or the rounds' neighbours kept AB_DISTURBED_CORES busy on average),
-    # rounds that all agree need a pooled share of four times the threshold, as a majority does: a neighbour
-    # leaving as the fit ran sped up every round's compute-only steps, which come after its real ones (in CI,
-    # the healthy demo beside another test process: rounds of about 8, 12 and 22%, "input costs 12%").
+    # rounds that all agree need a pooled share of four times the threshold, as a majority does: a neighbour's
+    # bursts scatter the rounds (the healthy demo beside another test process: 90% of 475 undisturbed rounds
+    # within -16 to +16%, a standard deviation of 10 points), and three that lean the same way are no
+    # evidence (in CI, rounds of about 9, 12 and 22% as the neighbour left mid-fit, its steps from 20 to
+    # 12 ms: "input costs 12%").
     others = [x for _, _, load in rounds if not disturbed_round(load) for x in (load or []) if x is not None]
     busy = bool(others) and statistics.mean(others) >= AB_DISTURBED_CORES
     beside_work = busy or disturbed > 0 or bool(kept)
