@@ -124,7 +124,14 @@ def test_a_prefetched_map_taking_the_cores_counts_as_input_bound_in_a_plain_run(
     report = RunReport.load(Store.open(store_path), "last")
     events = report.events
     ab = [e.data for e in events if e.kind == "input_ab"]
-    assert (report.input_split or {}).get("rounds", 0) >= 3, (ab, truth)
+    split = report.input_split or {}
+    if split.get("disturbed_rounds") and split.get("rounds", 0) < 3:
+        # Another test's job came or went in the rounds (in CI, beside it: other loads of 0.46 and 0.96 cores
+        # on a round's two sides, 4 rounds of 4): those left out, the others are too few for a verdict. It is
+        # withheld, never denied.
+        assert split["verdict"].startswith("within noise"), (ab, truth)
+        return
+    assert split.get("rounds", 0) >= 3, (ab, truth)
     # The competition for the cores is the premise: on a quiet machine the map costs the step 25-45%. Other
     # work on the cores takes them from the map and the step at its own rhythm, and the truth, timed after
     # the fit, is of another moment (beside another job: once 7.5%, once 49% with the tool's rounds seeing
