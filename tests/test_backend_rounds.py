@@ -4,7 +4,7 @@ straddles the threshold is noise, not a finding that flips from run to run."""
 import random
 
 from tensorgauge.analyse.input_rules import backend_input_bound, loop_input_bound
-from tensorgauge.analyse.input_split import _loop_split, rounds_verdict
+from tensorgauge.analyse.input_split import _backend_split, _loop_split, describe, rounds_verdict
 from tensorgauge.hook import fit_input
 from tensorgauge.model import Phase
 
@@ -61,6 +61,21 @@ def test_a_backend_fit_is_input_bound_only_when_its_interval_clears_the_threshol
     timed["rounds"] = rounds([0.30, 0.28, 0.33, 0.31, 0.29])
     found = backend_input_bound(timed, fit, 2.0)
     assert found.severity == "high" and found.evidence["input_share_low"] > 0.2
+
+
+def test_a_backend_fit_too_short_for_three_rounds_gets_no_verdict():
+    """A JAX fit of 64 steps of 0.25 ms (16 ms of training) beside another process: 0.37 ms a batch in next()
+    on average, a few batches slow, against a median step of 0.25 ms: one figure said "100% of each step"."""
+    fit = Phase(name="fit", kind="fit", start=1.69, end=2.59, steps=64, step_seconds_p50=0.000247,
+                cores_busy_mean=1.0)
+    timed = {"backend": "jax", "batches": 65, "seconds": 0.023696, "first_seconds": 0.000127, "rounds": []}
+    assert backend_input_bound(timed, fit, 2.0) is None
+    split = _backend_split(timed, fit)
+    assert split["verdict"].startswith("no verdict: the fit was too short for 3 rounds")
+    assert "no verdict" in describe(split)
+    # A run recorded before the rounds (no such field) keeps its one figure.
+    old = {key: value for key, value in timed.items() if key != "rounds"}
+    assert backend_input_bound(old, fit, 2.0).evidence["input_share"] == 1.0
 
 
 def test_a_dataloader_loop_gets_a_verdict_from_its_waits_by_round():

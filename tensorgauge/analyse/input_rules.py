@@ -283,6 +283,8 @@ def backend_input_bound(timed: FitInput, fit: Phase, allowed: float) -> Finding 
             return None
         share = by_round["input_share"]
         wait = step * share
+    elif "rounds" in timed:  # a fit too short for three rounds: one figure, a mean wait against a median step
+        return None
     else:  # a run recorded before the rounds: one figure
         wait = min(step, backend_input_wait(timed, fit))
         share = wait / step
@@ -306,7 +308,7 @@ def backend_input_bound(timed: FitInput, fit: Phase, allowed: float) -> Finding 
                       "the step without its wait)")
 
 
-@rule("input_bound", category="performance", version=13, explains_idle=True)  # 13: epoch starts from 5x a step, 5 ms
+@rule("input_bound", category="performance", version=14, explains_idle=True)  # 14: rounds beside other work; no backend one-figure verdict
 def _input_bound(f: RunFacts) -> Finding | None:
     if f.fit is not None and f.fit.name == TRAIN_LOOP:
         return loop_input_bound(f.last(LoopInput), f.fit, f.cores_allowed, f.fit_config, f.input_split)
