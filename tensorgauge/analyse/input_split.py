@@ -16,12 +16,13 @@ from typing import Any
 from tensorgauge.analyse.epoch_starts import epoch_start_input
 from tensorgauge.analyse.input_stages import stage_rows
 from tensorgauge.analyse.phases import main_fit, step_digests
-from tensorgauge.hook.fit_input import ROUND_BATCHES, ROUND_SECONDS
 from tensorgauge.hook.protocol import (
     AB_DISTURBED_CORES,
     AB_MIN_ROUNDS,
     INPUT_HIGH,
     INPUT_MODERATE,
+    ROUND_BATCHES,
+    ROUND_SECONDS,
     T_CRITICAL,
     TRAIN_LOOP,
     WINDOW_START,

@@ -20,13 +20,12 @@ import time
 
 from tensorgauge.hook.channel import channel
 from tensorgauge.hook.listeners import FitCall, FitListener, on_fit
-from tensorgauge.hook.protocol import Kind
+from tensorgauge.hook.protocol import ROUND_BATCHES, ROUND_SECONDS, Kind
 from tensorgauge.hook.wrapping import wrap_once
 
 TIMED_BACKENDS = ("jax", "torch")
 
 
-ROUND_BATCHES, ROUND_SECONDS = 8, 0.25  # a round: at least this many batches and seconds, within one epoch
 MAX_ROUNDS = 256  # past this, neighbouring rounds are merged (a day-long fit keeps a bounded event)
 
 

@@ -51,6 +51,8 @@ BUDGET_EXIT_CODE = 75  # EX_TEMPFAIL: the job stopped by its budget; run it agai
 # stops its rounds early once they are clear of these, the analysis grades its verdict by them.
 INPUT_HIGH, INPUT_MODERATE = 0.20, 0.05
 AB_MIN_ROUNDS = 3  # rounds of real and compute-only steps an input verdict needs
+# A round of a backend fit's or a custom loop's next() waits: at least this many batches and seconds, in one epoch.
+ROUND_BATCHES, ROUND_SECONDS = 8, 0.25
 # A round whose other processes kept this many cores more (or fewer) busy in its real steps than in its
 # compute-only ones says nothing of the job's input (a neighbour came or went): the A/B runs another, the
 # analysis leaves it out. A healthy fit beside another test's jobs read 23% from four such rounds.

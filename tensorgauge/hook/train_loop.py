@@ -35,10 +35,10 @@ from tensorgauge.hook import eager_probe, fixes, loader_stages
 from tensorgauge.hook.agent import Agent, _Open, agent
 from tensorgauge.hook.channel import channel, process_cpu_seconds
 from tensorgauge.hook.diagnose import mode, send_loop_config, tracing_now
-from tensorgauge.hook.fit_input import ROUND_BATCHES, ROUND_SECONDS, keep_round
+from tensorgauge.hook.fit_input import keep_round
 from tensorgauge.hook.input_window import allowance
 from tensorgauge.hook.listeners import on_keras, on_tensorflow
-from tensorgauge.hook.protocol import TRAIN_LOOP, Kind
+from tensorgauge.hook.protocol import ROUND_BATCHES, ROUND_SECONDS, TRAIN_LOOP, Kind
 from tensorgauge.hook.stage_costs import measure_loop_stages
 from tensorgauge.hook.wrapping import wrap_once
 
