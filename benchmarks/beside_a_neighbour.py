@@ -51,6 +51,7 @@ def neighbour(kind: str):
 
 @contextmanager
 def held(lock: str | None):
+    """``lock`` (a file path) held with flock meanwhile, so runs on a shared machine do not overlap; None: none."""
     with open(lock, "w") if lock else nullcontext() as handle:
         if handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
@@ -64,7 +65,8 @@ def run_demo(store: str) -> dict:
 
 
 def recorded_rounds(store: str) -> list[tuple]:
-    """(real steps, compute-only steps, other cores) of every round of every input A/B in ``store``."""
+    """(real steps, compute-only steps, other cores, the machine's CPUs) of every round of every input A/B in
+    ``store``."""
     opened = Store.open(store)
     ids = [record.run_id for record in opened.runs()]
     rounds = []

@@ -24,8 +24,6 @@ from tensorgauge.hook.protocol import ROUND_BATCHES, ROUND_SECONDS, Kind
 from tensorgauge.hook.wrapping import wrap_once
 
 TIMED_BACKENDS = ("jax", "torch")
-
-
 MAX_ROUNDS = 256  # past this, neighbouring rounds are merged (a day-long fit keeps a bounded event)
 
 
