@@ -1,6 +1,8 @@
 """Whether the input verdict holds beside a neighbour that comes and goes: the healthy demo (its bare A/B
 0-3.5%) run N times beside another process's work, each run's verdict counted; then A/Bs drawn at random
-from every round the runs recorded, each through the verdict's rules, and how often they establish a cost.
+from every round the runs recorded, each through the verdict's rules, and how often they establish a cost:
+A/Bs of 3, 4 and 5 rounds, and A/Bs that draw a round more while the rounds so far are in doubt, as the A/B
+runs them.
 
     .venv/bin/python benchmarks/beside_a_neighbour.py [--runs 40] [--neighbour suite|hog|none]
         [--store FILE] [--draws 20000] [--lock FILE]
@@ -25,6 +27,8 @@ from pathlib import Path
 
 from tensorgauge.analyse.input_split import ab_verdict
 from tensorgauge.analyse.run_report import RunReport
+from tensorgauge.hook.input_ab import ROUNDS
+from tensorgauge.hook.protocol import AB_MIN_ROUNDS, round_share, round_share_error, rounds_in_doubt
 from tensorgauge.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,12 +84,19 @@ def recorded_rounds(store: str) -> list[tuple]:
     return rounds
 
 
-def draw(rounds: list[tuple], size: int, draws: int, seed: int = 1) -> int:
-    """How many of ``draws`` A/Bs of ``size`` rounds drawn at random establish a cost."""
+def draw(rounds: list[tuple], size: int, draws: int, seed: int = 1, in_doubt_to: int | None = None) -> int:
+    """How many of ``draws`` A/Bs of ``size`` rounds drawn at random establish a cost; with ``in_doubt_to``, a
+    round more drawn, up to that many, while they are in doubt (:func:`rounds_in_doubt`), as the A/B runs them."""
     pick = random.Random(seed)
     found = 0
     for _ in range(draws):
-        chosen = pick.sample(rounds, size)
+        chosen = pick.sample(rounds, max(size, in_doubt_to or size))
+        size_now = size
+        while in_doubt_to and size_now < in_doubt_to and rounds_in_doubt(
+                [round_share(r[0], r[1]) for r in chosen[:size_now]],
+                [round_share_error(r[0], r[1]) for r in chosen[:size_now]]):
+            size_now += 1
+        chosen = chosen[:size_now]
         found += ab_verdict({"real_step_seconds": [r[0] for r in chosen],
                              "compute_step_seconds": [r[1] for r in chosen],
                              "other_cores": [r[2] for r in chosen], "machine_cpus": chosen[0][3]})["established"]
@@ -117,6 +128,10 @@ def main() -> None:
             found = draw(rounds, size, args.draws)
             print(f"{args.draws} A/Bs of {size} rounds drawn from {len(rounds)}: a cost established in {found} "
                   f"({found / args.draws:.2%})")
+    if len(rounds) >= ROUNDS:
+        found = draw(rounds, AB_MIN_ROUNDS, args.draws, in_doubt_to=ROUNDS)
+        print(f"{args.draws} A/Bs drawn as the A/B runs them ({AB_MIN_ROUNDS} rounds, up to {ROUNDS} while in doubt): "
+              f"a cost established in {found} ({found / args.draws:.2%})")
 
 
 if __name__ == "__main__":

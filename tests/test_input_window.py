@@ -4,6 +4,7 @@ noise), the fix fitted to the pipeline, and what show says about the input split
 import contextlib
 import itertools
 import os
+import statistics
 import subprocess
 import sys
 
@@ -15,6 +16,7 @@ from tensorgauge.hook import input_ab
 from tensorgauge.hook.input_ab import InputAB, rounds_plan
 from tensorgauge.hook.input_window import allowance
 from tensorgauge.hook.machine_load import other_cores as read_other_cores  # (quiet_machine fakes it)
+from tensorgauge.hook.protocol import round_share, round_share_error, rounds_in_doubt, rounds_spread
 from tensorgauge.model import Event, Phase
 from tensorgauge.monitoring.tryfixes import applicable
 
@@ -547,6 +549,36 @@ def test_disturbed_rounds_count_for_a_cost_their_disturbance_cannot_explain():
     none = ab_verdict({**ab_event([0.037] * 4, [0.037] * 4), "machine_cpus": 2,
                        "other_cores": [[0.2, 1.2], [1.0, 1.0], [0.3, 1.3], [1.0, 1.0]]})
     assert not none["established"] and none["rounds"] == 2 and none["verdict"].startswith("within noise")
+
+
+def test_rounds_that_agree_closer_than_their_own_steps_allow_are_not_clear_by_t():
+    """In CI on a quiet machine, the healthy demo (bare A/B: 0-3.5%) read "input costs 10%" from rounds of 8,
+    12 and 10%, clear of 5% by Student's t on their own spread of 1.8 points; their steps scatter so that
+    each round's share is good to 2-6 points. The rounds' spread is read no closer than their steps allow:
+    within noise, and the A/B is in doubt (it runs its planned rounds). The same shares from steady steps
+    stand."""
+    ms = 0.001
+    real = [[12.3, 13.2, 13.0, 12.3, 11.4, 12.1, 11.7, 12.6, 11.6, 11.7, 12.1],
+            [11.8, 12.0, 11.7, 11.2, 11.2, 17.4, 14.9, 10.8, 15.9, 18.7, 15.6],
+            [12.4, 12.0, 19.2, 12.5, 12.2, 12.3, 11.8, 12.2, 11.8, 11.4, 16.5]]
+    compute = [[11.8, 11.1, 11.8, 10.6, 10.7, 11.5, 11.0], [11.3, 12.1, 11.7, 11.4, 11.9, 11.5, 15.8, 11.9, 11.8],
+               [11.6, 11.8, 12.0, 12.6, 11.7, 11.9, 11.7, 11.4, 11.5]]
+    real, compute = [[t * ms for t in r] for r in real], [[t * ms for t in c] for c in compute]
+    shares = [round_share(r, c) for r, c in zip(real, compute)]
+    errors = [round_share_error(r, c) for r, c in zip(real, compute)]
+    assert all(0.07 < x < 0.12 for x in shares) and statistics.stdev(shares) < 0.02
+    assert min(errors) > 0.015 and max(errors) > 0.05 and rounds_spread(shares, errors) > 0.04
+    verdict = ab_verdict({"real_step_seconds": real, "compute_step_seconds": compute,
+                          "other_cores": [[0.0, 0.0], [0.0, 0.223], [0.0, 0.075]], "machine_cpus": 2})
+    assert verdict["input_share"] >= 0.1 and not verdict["established"]
+    assert verdict["verdict"].startswith("within noise") and verdict["input_share_interval"][0] < 0.05
+    assert rounds_in_doubt(shares, errors) and not rounds_in_doubt(shares)
+    steady = ab_verdict({"real_step_seconds": [[statistics.mean(r)] * len(r) for r in real],
+                         "compute_step_seconds": [[statistics.mean(c)] * len(c) for c in compute]})
+    assert steady["established"] and steady["input_share_interval"][0] > 0.05
+    # A round's error is nothing where its steps do not scatter, and grows as they do.
+    assert round_share_error([0.01] * 8, [0.008] * 4) == 0.0
+    assert 0 < round_share_error([0.01, 0.011] * 4, [0.008] * 4) < round_share_error([0.01, 0.014] * 4, [0.008] * 4)
 
 
 def test_rounds_that_all_agree_beside_other_work_need_a_larger_share():

@@ -308,7 +308,7 @@ def backend_input_bound(timed: FitInput, fit: Phase, allowed: float) -> Finding 
                       "the step without its wait)")
 
 
-@rule("input_bound", category="performance", version=14, explains_idle=True)  # 14: rounds beside other work; no backend one-figure verdict
+@rule("input_bound", category="performance", version=15, explains_idle=True)  # 15: rounds no closer than their steps allow
 def _input_bound(f: RunFacts) -> Finding | None:
     if f.fit is not None and f.fit.name == TRAIN_LOOP:
         return loop_input_bound(f.last(LoopInput), f.fit, f.cores_allowed, f.fit_config, f.input_split)

@@ -37,7 +37,10 @@ from tensorgauge.hook.protocol import (
     disturbed_round,
     one_line,
     round_share,
+    round_share_error,
+    rounds_spread,
     share_interval,
+    steps_error,
 )
 from tensorgauge.model import Event, Phase, payloads
 from tensorgauge.steps import StepDigest
@@ -174,6 +177,10 @@ def measured_ab(in_rounds: list[InputAB]) -> tuple[InputAB, str]:
 # 17% where the same healthy job's other runs and an independent A/B found 0-3.5%); a majority of four or
 # more outvotes the rest for four times it (in CI: a competing map's 37% cost, rounds of 20, 3, 32 and 45%).
 OUTVOTING_ROUNDS, MAJORITY_ROUNDS = 5, 4
+# Rounds that all agree clear their bar by this many standard errors of their mean, read from their own
+# steps' scatter (one-sided 95%): on a quiet machine the healthy demo's rounds (bare A/B 0-3.5%) are good to
+# 2-8 points each, and three that happen to fall at 9-14% pooled 12% in 0.6% of A/Bs drawn from 240 of them.
+AGREEMENT_Z = 1.645
 MAJORITY = 0.6  # of the rounds, for a pooled share of four times the threshold
 
 
@@ -212,6 +219,7 @@ def _rounds_verdict(ab: InputAB, keep_disturbed: bool) -> dict:
     pairs = kept + [(r, c) for r, c, load in rounds if not disturbed_round(load)]
     step, limit = _pooled(pairs)
     shares = [round_share(r, c) for r, c in pairs]
+    errors = [round_share_error(r, c) for r, c in pairs]
     share = max(0.0, 1 - limit / step) if step > 0 else 0.0
     # No single round carries a verdict: the healthy demo (bare A/B 0-3.5%) once pooled 11.6% from rounds
     # of 32, 6, 13 and 9%, and in CI 19% from 17, 22, 17 and 1%. Outvoted rounds: keras-io's weather
@@ -229,15 +237,15 @@ def _rounds_verdict(ab: InputAB, keep_disturbed: bool) -> dict:
     others = [x for _, _, load in rounds if not disturbed_round(load) for x in (load or []) if x is not None]
     busy = bool(others) and statistics.mean(others) >= AB_DISTURBED_CORES
     beside_work = busy or disturbed > 0 or bool(kept)
-    agreeing = [(pair, x) for pair, x in zip(pairs, shares) if x >= INPUT_MODERATE]
+    agreeing = [(pair, x, error) for pair, x, error in zip(pairs, shares, errors) if x >= INPUT_MODERATE]
     above = len(agreeing)
-    robust = _pooled_share(_without_most([pair for pair, _ in agreeing], [x for _, x in agreeing]))
-    agree = (above == len(shares) and robust >= (4 if beside_work else 2) * INPUT_MODERATE) or \
+    robust = _pooled_share(_without_most([pair for pair, _, _ in agreeing], [x for _, x, _ in agreeing]))
+    agree = (above == len(shares) and robust >= (4 if beside_work else 2) * INPUT_MODERATE + _steps_margin(errors)) or \
         (len(shares) >= OUTVOTING_ROUNDS and above >= len(shares) - 1 and robust >= 3 * INPUT_MODERATE
-         and _clear_of([x for _, x in agreeing], INPUT_MODERATE)) or \
+         and _clear_of([x for _, x, _ in agreeing], INPUT_MODERATE, [e for _, _, e in agreeing])) or \
         (len(shares) >= MAJORITY_ROUNDS and above >= math.ceil(MAJORITY * len(shares))
          and robust >= 4 * INPUT_MODERATE)
-    by_t = _clear_of(shares, INPUT_MODERATE) and share >= 2 * INPUT_MODERATE
+    by_t = _clear_of(shares, INPUT_MODERATE, errors) and share >= 2 * INPUT_MODERATE
     # Rounds whose neighbours came or went between their real and compute-only steps are left out; a verdict
     # needs AB_MIN_ROUNDS of the others where any was.
     established = bool(shares) and share >= INPUT_MODERATE and (agree or by_t) and \
@@ -247,8 +255,9 @@ def _rounds_verdict(ab: InputAB, keep_disturbed: bool) -> dict:
         established, (step, limit) = True, spanned
         share = 1 - limit / step
     # The interval is over the rounds the verdict stands on: those that agree where they outvoted the rest.
-    counted = shares if by_t or not established else [x for _, x in agreeing]
-    low, high = share_interval(counted)
+    counted = (shares, errors) if by_t or not established else \
+        ([x for _, x, _ in agreeing], [e for _, _, e in agreeing])
+    low, high = share_interval(*counted)
     if spanned is not None:
         verdict = "input costs the steps, over all the fit's steps the A/B spanned (its rounds disagreed)"
     elif established:
@@ -270,7 +279,7 @@ def _rounds_verdict(ab: InputAB, keep_disturbed: bool) -> dict:
             "input_share_low": round(min(shares), 4) if shares else None,
             "input_share_high": round(max(shares), 4) if shares else None,
             "input_share_interval": [round(low, 4), round(high, 4)] if shares else None,
-            "outvoted_rounds": len(shares) - len(counted), "spanned": spanned is not None,
+            "outvoted_rounds": len(shares) - len(counted[0]), "spanned": spanned is not None,
             "established": established, "verdict": verdict}
 
 
@@ -323,11 +332,18 @@ def _without_most(pairs: list, shares: list[float]) -> list:
     return [p for i, p in enumerate(pairs) if i != most]
 
 
-def _clear_of(shares: list[float], threshold: float) -> bool:
-    """The rounds' mean share is above ``threshold`` by Student's t at 97.5% (one-sided)."""
+def _steps_margin(errors: list[float]) -> float:
+    """:data:`AGREEMENT_Z` standard errors of the rounds' mean share, as their steps' ``errors`` alone put it
+    (:func:`~tensorgauge.hook.protocol.round_share_error`)."""
+    return AGREEMENT_Z * steps_error(errors) / len(errors) ** 0.5 if errors else 0.0
+
+
+def _clear_of(shares: list[float], threshold: float, errors: list[float] | None = None) -> bool:
+    """The rounds' mean share is above ``threshold`` by Student's t at 97.5% (one-sided), their spread
+    never read below their own steps' ``errors`` (:func:`~tensorgauge.hook.protocol.rounds_spread`)."""
     if len(shares) < 3:
         return False
-    spread = statistics.stdev(shares)
+    spread = rounds_spread(shares, errors)
     excess = statistics.mean(shares) - threshold
     return spread > 0 and excess / (spread / len(shares) ** 0.5) >= T_CRITICAL.get(len(shares) - 1, 2.36)
 

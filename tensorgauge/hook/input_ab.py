@@ -64,6 +64,8 @@ from tensorgauge.hook.protocol import (
     disturbed_round,
     error_text,
     round_share,
+    round_share_error,
+    rounds_in_doubt,
     share_interval,
 )
 from tensorgauge.hook.timing import wait_for, wait_until_quiet
@@ -479,16 +481,16 @@ class InputAB:
         return allowance * VERDICT_ALLOWANCES if verdict_due else allowance
 
     def _in_doubt(self) -> bool:
-        """The undisturbed rounds lean to an input cost (their mean share at :data:`INPUT_MODERATE` or more)
-        that their 95% interval does not establish: the planned rounds left may (see :meth:`_decided`). Rounds
-        leaning the other way could only turn "within noise" into "no cost", neither a finding: on the
-        healthy dense fit of ``benchmarks/tool_cost.py`` running them all took the A/B from 0.44 to 0.52 s."""
-        shares = [round_share(self.real[i], self.compute[i]) for i in self._clean()
-                  if self.real[i] and self.compute[i]]
-        if len(shares) < MIN_ROUNDS:
-            return False
-        low, _ = share_interval(shares)
-        return low < INPUT_MODERATE <= statistics.mean(shares)
+        """The undisturbed rounds so far are in doubt (:func:`rounds_in_doubt`; see :meth:`_decided`). Only
+        those leaning to a cost get more: on the healthy dense fit of ``benchmarks/tool_cost.py`` running
+        all the planned rounds took the A/B from 0.44 to 0.52 s."""
+        return rounds_in_doubt(*self._clean_shares())
+
+    def _clean_shares(self) -> tuple[list[float], list[float]]:
+        """The undisturbed rounds' shares and their steps' errors (:func:`round_share_error`)."""
+        pairs = [(self.real[i], self.compute[i]) for i in self._clean()
+                 if i < len(self.real) and self.real[i] and self.compute[i]]
+        return [round_share(r, c) for r, c in pairs], [round_share_error(r, c) for r, c in pairs]
 
     def _round_seconds(self) -> float:
         """The seconds the last excursion added to the fit, less any making of the cached batch in it."""
@@ -623,11 +625,10 @@ class InputAB:
     def conclusive(self) -> bool:
         """The undisturbed rounds' 95% interval is clear of :data:`INPUT_MODERATE`, either way: rounds in a
         later fit could not turn the verdict (see :mod:`.input_window`)."""
-        shares = [round_share(self.real[i], self.compute[i]) for i in self._clean()
-                  if i < len(self.real) and self.real[i] and self.compute[i]]
+        shares, errors = self._clean_shares()
         if len(shares) < MIN_ROUNDS:
             return False
-        low, high = share_interval(shares)
+        low, high = share_interval(shares, errors)
         return low >= INPUT_MODERATE or high < INPUT_MODERATE
 
     def median_share(self) -> float:
