@@ -58,9 +58,11 @@ DOCS = (
         thresholds=(
             f"moderate: input is at least {pct(INPUT_MODERATE)} of the step, and the rounds bear it out (no single "
             f"round carries the verdict: every round at {pct(INPUT_MODERATE)} or more for a pooled "
-            f"{pct(2 * INPUT_MODERATE)}; all but one of {split.OUTVOTING_ROUNDS} rounds for "
+            f"{pct(2 * INPUT_MODERATE)} and {split.AGREEMENT_Z:g} standard errors of the rounds' mean more, as "
+            f"their own steps' scatter puts it; all but one of {split.OUTVOTING_ROUNDS} rounds for "
             f"{pct(3 * INPUT_MODERATE)}; {pct(split.MAJORITY)} of {split.MAJORITY_ROUNDS} or more rounds for "
-            f"{pct(4 * INPUT_MODERATE)}; or the rounds' mean above {pct(INPUT_MODERATE)} by Student's t at 97.5%)",
+            f"{pct(4 * INPUT_MODERATE)}; or the rounds' mean above {pct(INPUT_MODERATE)} by Student's t at 97.5%, "
+            "their spread read no closer than their steps' scatter allows)",
             f"high: input is at least {pct(INPUT_HIGH)} of the step",
             "every share carries its 95% interval (Student's t over the rounds, or over the rounds that outvoted "
             f"the rest); a share not established whose interval reaches {pct(INPUT_MODERATE)} is reported as "
