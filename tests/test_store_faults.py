@@ -1,14 +1,17 @@
 """A locked store never holds the monitor up: samples keep their cadence, the memory budget
 still stops the job, and everything is stored once the lock is gone."""
 
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
 from tensorgauge.cli import main
 from tensorgauge.store import Store
+from tensorgauge.store.sqlite import SqliteBackend
 
 LOCK_SECONDS = 6.0
 HOLD = ("import sqlite3, sys, time\n"
@@ -107,3 +110,31 @@ def test_a_postgres_outage_of_two_and_a_half_seconds_loses_no_sample(postgres_ur
     record = store.run(name)
     assert record.complete and not record.samples_lost and record.recording_error is None
     assert len(store.samples(record.run_id)) == record.samples_taken >= 50
+
+
+def test_a_write_transaction_that_reads_first_is_not_failed_by_a_writer_in_between(tmp_path):
+    """Another monitor writing to the store between a transaction's read and its write: the transaction
+    takes the write lock as it begins, so the other waits its turn and both rows land (a transaction that
+    read first failed at once, "database is locked": 1 of 8 concurrent runs into a new store, in CI)."""
+    path = tmp_path / "runs.db"
+    backend = SqliteBackend(path, create=True)
+    other = sqlite3.connect(path, timeout=10.0, isolation_level=None, check_same_thread=False)
+    errors: list[Exception] = []
+
+    def write_beside() -> None:
+        try:
+            other.execute("INSERT INTO runs VALUES ('beside', '2026-01-01', '{}')")
+        except sqlite3.Error as exc:
+            errors.append(exc)
+
+    with backend.transaction():
+        assert backend.query("SELECT count(*) FROM runs") == [(0,)]
+        beside = threading.Thread(target=write_beside)
+        beside.start()
+        time.sleep(0.3)  # the other writer has had its chance: it waits for this transaction
+        backend.execute("INSERT INTO runs VALUES ('own', '2026-01-01', '{}')")
+    beside.join(timeout=10)
+    assert not errors and not beside.is_alive()
+    assert sorted(r[0] for r in backend.query("SELECT run_id FROM runs")) == ["beside", "own"]
+    backend.close()
+    other.close()

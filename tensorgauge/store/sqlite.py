@@ -84,22 +84,33 @@ class SqliteBackend:
                 return
             self.conn.execute("PRAGMA journal_mode = WAL")
             self.conn.execute("PRAGMA synchronous = NORMAL")
-            steps = schema.create_statements(TYPES) if version == 0 else []
-            for table in schema.TABLE_COLUMNS if version else ():
-                present = {row[1] for row in self.conn.execute(f"PRAGMA table_info({table})")}
-                steps += schema.missing_columns(table, present, TYPES)
-            if version:
-                steps += schema.added_in_3(TYPES) if version < 3 else []
-                indexes = {row[0] for row in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
-                steps += schema.missing_indexes(indexes, TYPES)
             self.chunked = True
-            if steps or version < schema.SCHEMA_VERSION:
-                self.conn.executescript("BEGIN;" + "".join(s + ";" for s in steps)
-                                        + f"PRAGMA user_version = {schema.SCHEMA_VERSION}; COMMIT;")
+            if self._schema_steps(version) or version < schema.SCHEMA_VERSION:
+                # Another monitor may create or upgrade this store at the same moment: the write lock first
+                # (waited for), then a fresh look. A transaction that read first and then wrote failed at once,
+                # "database is locked", when another had written in between (1 of 8 concurrent runs into a new
+                # store, in CI).
+                with self.transaction():
+                    version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+                    for step in self._schema_steps(version):
+                        self.conn.execute(step)
+                    self.conn.execute(f"PRAGMA user_version = {schema.SCHEMA_VERSION}")
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"store {path} is not a usable tensorgauge database ({exc})") from None
         except OSError as exc:
             raise StoreError(f"cannot open store {path}: {exc}") from None
+
+    def _schema_steps(self, version: int) -> list[str]:
+        """The statements that bring the store, at schema ``version``, to the current one."""
+        steps = schema.create_statements(TYPES) if version == 0 else []
+        for table in schema.TABLE_COLUMNS if version else ():
+            present = {row[1] for row in self.conn.execute(f"PRAGMA table_info({table})")}
+            steps += schema.missing_columns(table, present, TYPES)
+        if version:
+            steps += schema.added_in_3(TYPES) if version < 3 else []
+            indexes = {row[0] for row in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+            steps += schema.missing_indexes(indexes, TYPES)
+        return steps
 
     def query(self, sql: str, args: tuple = ()) -> list[tuple]:
         return self.conn.execute(sql, args).fetchall()
@@ -113,8 +124,9 @@ class SqliteBackend:
 
     @contextlib.contextmanager
     def transaction(self):
+        """A write transaction: its lock taken (waited for) as it begins, so no read in it can go stale."""
         with self.conn:
-            self.conn.execute("BEGIN")
+            self.conn.execute("BEGIN IMMEDIATE")
             yield
 
     def close(self) -> None:
