@@ -155,6 +155,27 @@ def test_gpu_chart_renders(two_runs, tmp_path):
 
 @needs_report
 @needs_browser
+@pytest.mark.parametrize("spread", [3.0, 40.0])
+def test_step_histogram_renders_on_either_axis_without_console_messages(two_runs, tmp_path, spread):
+    """Steps spanning over 10x get a log axis, the rest a linear one: both draw without a word in the console
+    (Vega-Lite warns when a log scale is told to leave out zero)."""
+    from tensorgauge.analyse.run_report import RunReport
+    from tensorgauge.render.html import run_page
+    from tensorgauge.store import Store
+
+    report = RunReport.load(Store.open(two_runs), "first")
+    report.timeline["histogram"] = [{"from_ms": 10.0 * spread ** (i / 4), "to_ms": 10.0 * spread ** ((i + 1) / 4),
+                                     "steps": 5 + i} for i in range(4)]
+    page = tmp_path / "histogram.html"
+    page.write_text(run_page(report))
+    axis = specs_in(page)["c-histogram"]["encoding"]["x"]["scale"]["type"]
+    assert axis == ("log" if spread > 10 else "linear")
+    dom, console = open_in_chromium(page)
+    assert console == [] and "c-histogram" in rendered_charts(dom)
+
+
+@needs_report
+@needs_browser
 def test_held_chart_renders(two_runs, tmp_path):
     """What held the memory, stacked per phase: the run's own phases given memory facts and a buffer
     (the job here is not a Keras fit), rendered for real."""
