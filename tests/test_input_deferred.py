@@ -167,3 +167,41 @@ def test_tensorgauge_monitor_measures_a_held_ab_before_its_run_ends(fits, store_
     (event,) = [e for e in Store.open(str(store_path)).events(run.run_id) if e.kind == "input_ab"]
     assert event.data["after_fit"] and len(event.data["compute_step_seconds"]) == input_ab.MIN_ROUNDS
     assert input_window._Deferred.held is None
+
+
+@pytest.mark.parametrize("steps", [76, 80, 85, 100])  # 76-85 left the window 0-9 of its 10 steps
+def test_with_diagnose_rounds_in_place_of_disturbed_ones_leave_the_profiler_window_its_steps(fits, monkeypatch, steps):
+    """An input-bound fit beside a neighbour that comes and goes (every round disturbed): rounds run in place of
+    the disturbed ones took it to its end, and --diagnose's profiler window got no step. Now such a round
+    begins only where the window's steps are left after it; the planned rounds run all the same."""
+    model, fit, events = fits
+    monkeypatch.setenv("TENSORGAUGE_DIAGNOSE", "always")
+    loads = itertools.cycle([1.5, 0.0])
+    monkeypatch.setattr(input_ab.machine_load, "other_cores", lambda begin, end: next(loads))
+    monkeypatch.setattr(input_window, "small_steps", lambda *args: False)
+    windows = []
+
+    class Window:  # the profiler (TensorFlow's) faked: the steps it was given
+        def __init__(self, steps, allowance_seconds):
+            self.steps, self.seen, self.active = steps, 0, False
+            windows.append(self)
+
+        def start(self):
+            self.active = True
+            return True
+
+        def on_step_begin(self, now):
+            self.seen += 1
+            if self.seen > self.steps:
+                self.finish()
+            return not self.active
+
+        def finish(self):
+            self.active = False
+
+    monkeypatch.setattr(input_window, "ProfilerWindow", Window)
+    fit(steps)
+    (event,) = measured(events)
+    assert len(event["compute_step_seconds"]) >= input_ab.MIN_ROUNDS
+    (window,) = windows
+    assert window.seen > window.steps, f"the window profiled {window.seen - 1} of its {window.steps} steps"

@@ -193,12 +193,14 @@ class InputAB:
     """Runs the rounds as the fit's steps begin (see the module doc)."""
 
     def __init__(self, model, fit_input, rounds: int, allowance_seconds: float | None, clock=time.monotonic,
-                 sizes: Sizes | None = None, steps_left: int | None = None):
+                 sizes: Sizes | None = None, steps_left: int | None = None, keep_steps: int = 0):
         """``rounds`` 0: every step left is timed, and the compute-only steps run once the fit has trained
         (a fit too short for rounds within it: see :meth:`_after_fit`); ``steps_left``: the fit's steps from
-        this one on, where known."""
+        this one on, where known; ``keep_steps``: the fit's steps a round beyond the planned ones (in place of
+        a disturbed one) must leave after it (a profiler window's)."""
         self.model, self.fit_input = model, fit_input
         self.steps_left, self.steps_seen = steps_left, 0
+        self.keep_steps = keep_steps
         self.rounds, self.allowance_seconds, self.clock = rounds, allowance_seconds, clock
         self.sizes = sizes or Sizes()
         self.after_fit = rounds == 0
@@ -260,7 +262,7 @@ class InputAB:
                     self.finish()
                     return True
                 self._excursion()
-            if self._enough() or self._decided() or not self._affordable():
+            if self._enough() or self._decided() or not self._affordable() or not self._room_for_another():
                 self.finish()
                 return True
             self.real.append([])
@@ -287,6 +289,14 @@ class InputAB:
             return True
         later = max(0, MIN_ROUNDS - len(self.real))
         return self.steps_seen + self.sizes.held + later * self.sizes.later_round <= self.steps_left
+
+    def _room_for_another(self) -> bool:
+        """The planned rounds always; one beyond them only where, at the steps each round has taken so far, it
+        leaves the fit its ``keep_steps``."""
+        if not self.keep_steps or self.steps_left is None or len(self.compute) < self.rounds:
+            return True
+        per_round = self.steps_seen / max(1, len(self.compute))
+        return self.steps_seen + per_round + self.keep_steps <= self.steps_left
 
     def _wrap(self) -> None:
         original = self.original = self.model.train_function

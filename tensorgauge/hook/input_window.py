@@ -175,8 +175,10 @@ class _InputDiagnosis(FitListener):
         if not self.unbounded:
             self.budget = allowance(expected)
         self.decided = True
+        # With --diagnose, rounds in place of disturbed ones leave a profiler window its steps: beside another
+        # process they ran to the end of an input-bound 80-step fit, and the window got none.
         self.ab = InputAB(model, self.call.fit_input, rounds, self.budget, sizes=sizes_for(left, step),
-                           steps_left=left)
+                           steps_left=left, keep_steps=WINDOW_STEPS + 1 if self.unbounded else 0)
         self.ab.on_step_begin()  # this step is the first of the A/B
 
     def _explain(self, now: float) -> None:
