@@ -40,6 +40,7 @@ def fits(monkeypatch, events, request):
     monkeypatch.setattr(input_window._InputDiagnosis, "done", False)
     monkeypatch.setattr(input_window._InputDiagnosis, "longest_tried", 0.0)
     monkeypatch.setattr(input_window._InputDiagnosis, "open_fits", 0)
+    monkeypatch.setattr(input_window._InputDiagnosis, "open_input", None)
     monkeypatch.setattr(input_window._InputDiagnosis, "stages_timed", False)
     monkeypatch.setattr(input_window._Deferred, "held", None)
     model = FakeModel(clock, 0.030, 0.005)
@@ -54,9 +55,9 @@ def fits(monkeypatch, events, request):
 
     model.train_function = counted
 
-    def fit(steps: int) -> None:
+    def fit(steps: int, fit_input=(None, None, 32)) -> None:
         call = FitCall(model=model, keras_callbacks=None, kwargs={"steps_per_epoch": steps, "epochs": 1},
-                       fit_input=(None, None, 32))
+                       fit_input=fit_input)
         listener = input_window._input_listener(call)  # None once a fit's measure settled it
         for step in range(steps):
             if listener is not None:
@@ -114,6 +115,47 @@ def test_a_fit_whose_rounds_leave_the_verdict_open_has_later_fits_measure_again(
     input_window.flush_deferred()
     assert not events()
     assert input_window._InputDiagnosis.done
+
+
+@pytest.mark.parametrize("fits", [SWINGING], indirect=True)
+def test_a_later_fit_on_other_input_does_not_measure_again(fits):
+    """A job's fit on one cached batch of its data after its real fit (its own A/B) measured no input cost, and
+    the two fits' rounds pooled withheld the real fit's verdict: only a fit on the same input measures again."""
+    import numpy as np
+
+    model, fit, events = fits
+    real = (np.zeros((6400, 256), np.float32), np.zeros(6400, np.int64), 64)
+    fit(200, real)
+    (first,) = measured(events)
+    low, high = share_interval([round_share(r, c) for r, c in
+                               zip(first["real_step_seconds"], first["compute_step_seconds"])])
+    assert low < INPUT_MODERATE <= high  # open
+    fit(200, (np.zeros((64, 256), np.float32), np.zeros(64, np.int64), 64))  # other input: the verdict stands
+    fit(200, (np.zeros((6400, 128), np.float32), np.zeros(6400, np.int64), 64))
+    assert not measured(events)
+    fit(200, (np.ones((6400, 256), np.float32), np.ones(6400, np.int64), 64))  # the same input's shapes again
+    assert len(measured(events)) == 1
+
+
+def test_input_signatures_tell_inputs_apart_by_spec_length_shapes_and_batch():
+    import numpy as np
+
+    signature = input_window.input_signature
+    a = np.zeros((100, 8), np.float32)
+    assert signature((a, None, 32)) == signature((np.ones((100, 8), np.float32), None, 32))
+    assert signature((a, None, 32)) != signature((a, None, 64))
+    assert signature((a, None, 32)) != signature((a.astype(np.float64), None, 32))
+    assert signature(({"x": a, "y": a[:, :2]}, a[:, 0], 8)) == signature(({"y": a[:, :2], "x": a}, a[:, 0], 8))
+
+    class Dataset:  # a tf.data.Dataset's two facts, faked
+        def __init__(self, spec, length):
+            self.element_spec, self.length = spec, length
+
+        def cardinality(self):
+            return self.length
+
+    assert signature((Dataset("(8,)", 100), None, None)) == signature((Dataset("(8,)", 100), None, None))
+    assert signature((Dataset("(8,)", 100), None, None)) != signature((Dataset("(8,)", -1), None, None))
 
 
 def test_a_fit_whose_rounds_settle_the_verdict_is_the_only_one_measured(fits):

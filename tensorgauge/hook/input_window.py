@@ -85,6 +85,28 @@ def _planned_steps(call: FitCall) -> int | None:
         return None
 
 
+def input_signature(fit_input) -> object:
+    """What a fit's input is, to tell whether two fits train on the same: a dataset's element spec and length,
+    arrays' shapes and dtypes, the batch size; else the input's type."""
+    x, y, batch_size = fit_input or (None, None, None)
+
+    def of(value) -> object:
+        if isinstance(value, dict):
+            return tuple(sorted((str(key), of(item)) for key, item in value.items()))
+        if isinstance(value, (list, tuple)):
+            return tuple(of(item) for item in value)
+        if hasattr(value, "element_spec") and hasattr(value, "cardinality"):  # a tf.data.Dataset
+            try:
+                return "dataset", repr(value.element_spec), int(value.cardinality())
+            except Exception:
+                return "dataset", repr(value.element_spec)
+        if hasattr(value, "shape") and hasattr(value, "dtype"):
+            return tuple(value.shape), str(value.dtype)
+        return type(value).__name__
+
+    return of(x), of(y), batch_size
+
+
 class _InputDiagnosis(FitListener):
     """Decides, at step :data:`WINDOW_START` + 1 of a fit, how many rounds of the A/B the fit has room
     for; runs them; then, with --diagnose, a profiler window where the A/B found a cost. Once one fit
@@ -96,6 +118,7 @@ class _InputDiagnosis(FitListener):
     done = False  # measured: no other fit tries
     longest_tried = 0.0  # the expected seconds of the longest fit that tried and did not measure
     open_fits = 0  # fits that measured in rounds and left the verdict open (see InputAB.conclusive)
+    open_input: object = None  # ... the input they trained on (input_signature): a fit on other input does not
     stages_timed = False  # a fit's pipeline stages were timed: a later fit measuring again does not time them
 
     def __init__(self, call: FitCall, unbounded: bool):
@@ -159,7 +182,10 @@ class _InputDiagnosis(FitListener):
         # its length so far: the bound then holds whatever its end.
         expected = (now - self.began) + step * (left or 0)
         rounds, why = rounds_plan(left, step)
-        if _InputDiagnosis.open_fits and not rounds:  # measuring again needs rounds: the verdict so far stands
+        if _InputDiagnosis.open_fits and (not rounds or input_signature(self.call.fit_input) != _InputDiagnosis.open_input):
+            # Measuring again needs rounds, and the same input (a job's fit on one cached batch of its data, after
+            # its real one, measured no input cost, and the two fits' rounds pooled withheld the real one's): the
+            # verdict so far stands.
             self.decided = True
             return
         # Rounds replace an earlier fit's after-fit A/B still held (at no more cost: its steps never run).
@@ -209,6 +235,7 @@ class _InputDiagnosis(FitListener):
             if ab.measured and not ab.after_fit:
                 conclusive = ab.conclusive()
                 _InputDiagnosis.open_fits += not conclusive
+                _InputDiagnosis.open_input = input_signature(self.call.fit_input)
                 _InputDiagnosis.done = (_InputDiagnosis.done or conclusive
                                         or _InputDiagnosis.open_fits >= MAX_AB_FITS)
         if self.window is not None:
