@@ -119,6 +119,29 @@ def epoch_events(count, seconds=1.0):
     return events
 
 
+def test_memory_growth_is_read_before_the_tools_profiler_window():
+    """--diagnose's profiler window holds its trace (+550 MiB over 10 steps of a windowed LSTM, kept after): the
+    job's growth is read up to where it began; a real leak is still found before it."""
+    from tensorgauge.analyse.findings import find
+
+    def found(rss_mib, window_from=None):
+        events = epoch_events(3)
+        if window_from is not None:  # 10 steps of 0.05 s, started in 0.1 s, stopped in 0.2 s
+            events.append(Event(t=window_from + 0.8, pid=1, kind="input_probe",
+                                data={"step_seconds": [0.05] * 10, "start_seconds": 0.1, "stop_seconds": 0.2}))
+        events.sort(key=lambda e: e.t)
+        samples = rss_samples(lambda t: rss_mib(t) * (1 << 20), 0.5, 4.0)
+        phases = build_phases(events, samples, end=4.0)
+        return {f.id for f in find(run_record(wall_seconds=4.0), samples, events, phases, category="memory")}
+
+    def profiled(t):  # flat, then the window's trace from 3.05 s to 3.85 s, kept
+        return 500 + 550 * min(max(t - 3.05, 0), 0.8) / 0.8
+
+    assert "memory_growth" in found(profiled)  # read as the job's, without the window's event
+    assert "memory_growth" not in found(profiled, window_from=3.05)
+    assert "memory_growth" in found(lambda t: 500 + 400 * (t - 1), window_from=3.4)  # a leak before the window
+
+
 @pytest.mark.parametrize(("rss_mib", "epochs", "grows", "stopped"), [
     (lambda t: 500 + 400 * (t - 1), 3, True, False),  # two later epochs of steady rise
     (lambda t: 500 + 400 * (t - 1), 2, False, False),  # one: a buffer refilled each epoch rises as steadily

@@ -10,7 +10,7 @@ import numpy as np
 from tensorgauge.analyse.memory_breakdown import LABELS, describe, post_mortem
 from tensorgauge.analyse.phases import model_calls
 from tensorgauge.analyse.rules import RunFacts, rule
-from tensorgauge.hook.protocol import Dataset, Kind, ModelsBuilt
+from tensorgauge.hook.protocol import Dataset, InputProbe, Kind, ModelsBuilt
 from tensorgauge.model import Event, Finding, Phase, payloads
 from tensorgauge.series import SampleSeries
 from tensorgauge.units import format_bytes
@@ -54,9 +54,11 @@ def _peak_sample(samples: SampleSeries) -> tuple[float, int] | None:
     return float(samples.t[i]), int(samples["rss_bytes"][i])
 
 
-def _growth(phases: list[Phase], samples: SampleSeries, cut_short: bool = False) -> tuple[int, int] | None:
+def _growth(phases: list[Phase], samples: SampleSeries, cut_short: bool = False,
+            own_from: float | None = None) -> tuple[int, int] | None:
     """(RSS after the first epoch, growth per epoch) of the first fit whose RSS rises
-    steadily through its later epochs.
+    steadily through its later epochs, read up to ``own_from`` (where the tool's profiler began:
+    its trace is the tool's memory).
 
     The first epoch is left out: allocators and caches warm up in it. The rise is the
     least-squares slope of the RSS samples from the end of the first epoch to the end of
@@ -73,6 +75,8 @@ def _growth(phases: list[Phase], samples: SampleSeries, cut_short: bool = False)
         if len(epochs) < (2 if cut_short else 3):
             continue
         t0, t1 = epochs[0].end, epochs[-1].end
+        if own_from is not None and t0 < own_from < t1:
+            t1 = own_from
         window = samples.between(t0, t1)
         ts, rss = window.t, window["rss_bytes"]
         if len(ts) < 3 or np.ptp(ts) == 0 or np.ptp(rss) == 0:
@@ -149,11 +153,19 @@ def dataset_in_memory(f: RunFacts) -> Finding | None:
         expected_gain=f"about {format_bytes(sliced + extra)} less memory")
 
 
-@rule("memory_growth", category="memory", version=2)
+def _profiler_began(f: RunFacts) -> float | None:
+    """When --diagnose's first profiler window began: it holds its trace until it stops, and the memory is
+    kept after (+550 MiB over 10 steps of a windowed LSTM, read as the job's growth of 400 MiB an epoch)."""
+    began = [e.t - (probe.get("stop_seconds") or 0.0) - sum(probe["step_seconds"]) - (probe.get("start_seconds") or 0.0)
+             for e in f.of_kind(Kind.INPUT_PROBE) if (probe := e.read(InputProbe)).get("step_seconds")]
+    return min(began, default=None)
+
+
+@rule("memory_growth", category="memory", version=3)
 def memory_growth(f: RunFacts) -> Finding | None:
     cut_short = bool((f.record.budget or {}).get("stopped")) or f.record.signal is not None \
         or f.record.exit_code not in (0, None)
-    growth = _growth(f.phases, f.samples, cut_short)
+    growth = _growth(f.phases, f.samples, cut_short, own_from=_profiler_began(f))
     if growth is None:
         return None
     start, per_epoch = growth

@@ -42,7 +42,8 @@ DOCS = (
         measured="The slope (least squares) of the RSS samples from the end of the first epoch (which warms "
                  "allocators up) to the end of the last, and how steady the rise is: its rank (Spearman) "
                  "correlation with time, 1 for any rise that never falls back, whatever the pace of the steps, "
-                 "and under 0.9 for one jump between flat stretches.",
+                 "and under 0.9 for one jump between flat stretches. With `--diagnose`, up to where its profiler "
+                 "window began: the window holds its trace, and that memory is the tool's.",
         thresholds=(
             f"moderate: RSS rises by at least {mib(m.GROWTH_MIN_BYTES_PER_EPOCH)} and "
             f"{pct(m.GROWTH_SHARE_PER_EPOCH)} of the first epoch's RSS per epoch, with a rank correlation of "
