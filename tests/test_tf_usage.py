@@ -84,7 +84,7 @@ def test_compute_probe_runs_on_the_shapes_of_real_batches(store_path, tg_cmd, tm
     real batches (256, 120, 7), not zeros of (32, 32, 7), and their time matches the job's own A/B."""
     truth_path = tmp_path / "truth.json"
     result = subprocess.run([*tg_cmd, "run", "-q", "--diagnose", "--", sys.executable, str(JOBS / "weather_like.py"),
-                             str(truth_path)], capture_output=True, text=True)
+                             str(truth_path), "--shape-only"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
     truth = json.loads(truth_path.read_text())
     report = RunReport.load(Store.open(store_path), "last")
