@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint docs docs-screenshots bench clean
+.PHONY: demo test test-durations lint docs docs-screenshots bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,10 +21,16 @@ TF_MINOR = import importlib.metadata as m; \
 
 # tf-keras (legacy tf.keras, for its tests) requires the package `tensorflow`, which
 # would install a second TensorFlow over tensorflow-cpu: take it without dependencies.
+# Every TensorFlow process the suite starts (about 80) imports numpy's ml_dtypes and, where it can, JAX: ml_dtypes
+# 0.7.0's extension takes 0.65 s to import (0.6.0: 3 ms), so the suite keeps 0.6; JAX (0.45 s) is installed
+# apart, on PYTHONPATH for the JAX tests alone (TENSORGAUGE_TEST_JAX_PATH, scripts/install-apart).
 # The report test opens the page in headless Chromium (Debian's package).
+JAX_APART := $(VENV)/jax-apart
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	command -v chromium >/dev/null || { apt-get update -q && apt-get install -y -q chromium; }
-	$(BIN)/python -m pip install --quiet -e ".[tensorflow,gpu,report,tensorboard,postgres,prometheus,otlp,jax,profile,dev]"
+	$(BIN)/python -m pip install --quiet -e ".[tensorflow,gpu,report,tensorboard,postgres,prometheus,otlp,profile,dev]" \
+	  "ml_dtypes<0.7"
+	$(BIN)/python scripts/install-apart $(JAX_APART) ".[jax]" jax jaxlib
 	$(BIN)/python -m pip install --quiet --no-deps "tf-keras==$$($(BIN)/python -c '$(TF_MINOR)')"
 	touch $@
 
@@ -32,12 +38,14 @@ demo: $(VENV)/.installed-demo
 	$(BIN)/tensorgauge demo
 
 # The suite runs in as many processes as the idle cores allow, at most two (scripts/test-workers; TEST_WORKERS=N
-# sets it): on 2 idle cores about 6.5 minutes, against 11.5 in one process. One process runs every test marked
-# `tf` (a real TensorFlow job), one job at a time, so no job's timing shares the cores with another's; the
-# other runs the rest beside it (pytest-xdist, --dist loadgroup). Tests marked `alone` (which compare wall
-# times within one job) run last, in one process.
+# sets it), each taking the next test as it is free (pytest-xdist: --dist loadgroup sends one test at a time),
+# the longest first (tests/durations.json; make test-durations writes it). Tests marked `alone` (which time parts
+# of one job against each other on a quiet machine) run last, in one process. Bytecode is kept (__pycache__, ignored by git) even where PYTHONDONTWRITEBYTECODE is set: each
+# process's collection rewrites the tests' asserts, 7 s of every start without it.
 # Lint and types first (seconds), then the suite. PostgreSQL tests run against a
 # throwaway server on 127.0.0.1 (skipped, with the reason, without one).
+test: export PYTHONDONTWRITEBYTECODE :=
+test: export TENSORGAUGE_TEST_JAX_PATH := $(CURDIR)/$(JAX_APART)
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check tensorgauge tests benchmarks
 	$(BIN)/mypy
@@ -54,6 +62,14 @@ test: $(VENV)/.installed-test
 	else \
 	  $(BIN)/python -m pytest -q --durations=15 -n 1; status=$$?; \
 	fi; \
+	scripts/postgres-for-tests stop; exit $$status
+
+# tests/durations.json, by which the suite orders its tests (the longest first), from a run of the whole suite.
+test-durations: export PYTHONDONTWRITEBYTECODE :=
+test-durations: export TENSORGAUGE_TEST_JAX_PATH := $(CURDIR)/$(JAX_APART)
+test-durations: $(VENV)/.installed-test
+	url=$$(scripts/postgres-for-tests start || true); export TENSORGAUGE_TEST_POSTGRES=$$url; \
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --store-durations; status=$$?; \
 	scripts/postgres-for-tests stop; exit $$status
 
 lint: $(VENV)/.installed-test

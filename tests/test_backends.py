@@ -3,13 +3,12 @@ PyTorch where installed), and `run --backends` comparing them."""
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import needs_tf
+from conftest import jax_env, needs_jax, needs_tf
 
 from tensorgauge.analyse.run_report import RunReport
 from tensorgauge.commands.run import parse_backends
@@ -34,12 +33,12 @@ def _installed(name: str) -> bool:
 
 @needs_tf
 @pytest.mark.tf
-@pytest.mark.skipif(not _installed("jax"), reason="jax is not installed (pip install 'tensorgauge[jax]')")
+@needs_jax
 def test_the_same_script_on_tensorflow_and_jax_gets_every_phase_and_a_compare(store_path, tg_cmd, tmp_path):
     backends = ["tensorflow", "jax"] + (["torch"] if _installed("torch") else [])
     out = tmp_path / "backends.json"
     result = subprocess.run([*tg_cmd, "run", "-q", "--backends", ",".join(backends), "--json", str(out), "--",
-                             sys.executable, JOB, str(tmp_path)], capture_output=True, text=True)
+                             sys.executable, JOB, str(tmp_path)], capture_output=True, text=True, env=jax_env())
     assert result.returncode == 0, result.stderr[-3000:]
     document = json.loads(out.read_text())
     assert [r["backend"] for r in document["runs"]] == backends
@@ -80,10 +79,10 @@ def test_the_same_script_on_tensorflow_and_jax_gets_every_phase_and_a_compare(st
 
 @needs_tf
 @pytest.mark.tf
-@pytest.mark.skipif(not _installed("jax"), reason="jax is not installed (pip install 'tensorgauge[jax]')")
+@needs_jax
 def test_an_eager_jax_fit_is_found_and_jit_timed_back_on(store_path, tg_cmd, tmp_path):
     """One --try-fixes: its baseline is the job as it is, recorded (the finding read from it), then jit."""
-    env = {**os.environ, "KERAS_BACKEND": "jax"}
+    env = {**jax_env(), "KERAS_BACKEND": "jax"}
     out = tmp_path / "fixes.json"
     fixes = subprocess.run([*tg_cmd, "run", "-q", "--try-fixes", "--json", str(out), "--", sys.executable, JOB,
                             str(tmp_path), "--no-jit"], capture_output=True, text=True, env=env)

@@ -4,6 +4,7 @@ Collector that is gone costing the job nothing but a count of dropped exports.""
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 import threading
@@ -12,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from conftest import needs_tf
+from conftest import made_once, needs_tf
 
 pytest.importorskip("opentelemetry.sdk", reason="the [otlp] extra is not installed")
 pytest.importorskip("opentelemetry.proto", reason="opentelemetry-proto is not installed")
@@ -44,14 +45,15 @@ class Receiver:
     """A Collector's OTLP/HTTP side, enough for the test: each request decoded and kept with its time."""
 
     def __init__(self):
-        self.received: list[tuple[float, str, object]] = []
+        self.received: list[tuple[float, str, bytes]] = []  # each request's time, path and body
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 request, response = DECODERS[self.path]
-                receiver.received.append((time.time(), self.path, request.FromString(body)))
+                request.FromString(body)  # a request that does not decode fails here, in the handler
+                receiver.received.append((time.time(), self.path, body))
                 reply = response().SerializeToString()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
@@ -67,7 +69,7 @@ class Receiver:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def of(self, path):
-        return [(t, request) for t, p, request in self.received if p == path]
+        return [(t, DECODERS[p][0].FromString(body)) for t, p, body in self.received if p == path]
 
 
 def attributes(items) -> dict:
@@ -95,15 +97,30 @@ def show(tmp_path, *options) -> str:
                           check=True).stdout
 
 
-@pytest.fixture(scope="module")
-def fit_run(tmp_path_factory):
-    """One small real Keras job under ``--otlp`` for the whole module."""
+class Received:
+    """What a :class:`Receiver` was sent, read back from a file."""
+
+    def __init__(self, url: str, received: list):
+        self.url, self.received = url, received
+
+    of = Receiver.of
+
+
+def _fit_under_otlp(folder: Path) -> None:
     receiver = Receiver()
-    tmp = tmp_path_factory.mktemp("otlp")
-    done, report = tensorgauge_run(tmp, "--otlp", receiver.url, job=FIT_JOB)
+    done, report = tensorgauge_run(folder, "--otlp", receiver.url, job=FIT_JOB)
     receiver.server.shutdown()
     assert done.returncode == 0, done.stderr[-2000:]
-    return receiver, report, json.loads(show(tmp, "--json")), done.stderr
+    (folder / "fit_run.pickle").write_bytes(pickle.dumps((receiver.url, receiver.received, report,
+                                                          json.loads(show(folder, "--json")), done.stderr)))
+
+
+@pytest.fixture(scope="module")
+def fit_run(tmp_path_factory):
+    """One small real Keras job under ``--otlp`` for the whole module (:func:`made_once`)."""
+    folder = made_once(tmp_path_factory, "otlp-fit", _fit_under_otlp)
+    url, received, report, shown, stderr = pickle.loads((folder / "fit_run.pickle").read_bytes())
+    return Received(url, received), report, shown, stderr
 
 
 def spans_of(receiver):

@@ -13,7 +13,7 @@ from email.parser import Parser
 from pathlib import Path
 
 import pytest
-from conftest import needs_tf
+from conftest import made_once, needs_tf
 
 from tensorgauge import __version__
 
@@ -26,11 +26,13 @@ def dist(tmp_path_factory) -> Path:
     """The sdist, and the wheel built from it (so the sdist is complete), with this venv's setuptools (no
     download: no build isolation)."""
     pytest.importorskip("build", reason="the [dev] extra (build) is not installed")
-    out = tmp_path_factory.mktemp("dist")
-    built = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out),
-                            str(ROOT)], capture_output=True, text=True, timeout=300)
-    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
-    return out
+
+    def build(out: Path) -> None:
+        built = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out),
+                                str(ROOT)], capture_output=True, text=True, timeout=300)
+        assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+
+    return made_once(tmp_path_factory, "dist", build)
 
 
 def project() -> dict:

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import needs_report
+from conftest import made_once, needs_report
 
 from tensorgauge.cli import main
 
@@ -52,20 +52,21 @@ def specs_in(page: Path) -> dict:
     return json.loads(found.group(1))
 
 
-def record_two_runs(tmp_path_factory, arg: str) -> Path:
-    """A store holding the runs 'first' and 'second' of JOB (given ``arg``), recorded once for a module whose
-    tests read them and change nothing in the store."""
-    path = tmp_path_factory.mktemp("store") / "runs.db"
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("TENSORGAUGE_STORE", str(path))
-        for name in ("first", "second"):
-            assert main(["run", "-q", "--name", name, "--", sys.executable, "-c", JOB, arg]) == 0
-    return path
+def record_two_runs(tmp_path_factory, name: str, arg: str) -> Path:
+    """A store holding the runs 'first' and 'second' of JOB (given ``arg``), recorded once (:func:`made_once`,
+    as ``name``) for a module whose tests read them and change nothing in the store."""
+    def record(folder: Path) -> None:
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("TENSORGAUGE_STORE", str(folder / "runs.db"))
+            for run in ("first", "second"):
+                assert main(["run", "-q", "--name", run, "--", sys.executable, "-c", JOB, arg]) == 0
+
+    return made_once(tmp_path_factory, name, record) / "runs.db"
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    return record_two_runs(tmp_path_factory, HOSTILE)
+    return record_two_runs(tmp_path_factory, "hostile-runs", HOSTILE)
 
 
 @pytest.fixture
@@ -153,12 +154,8 @@ def test_gpu_chart_renders(two_runs, tmp_path):
     assert console == [] and rendered_charts(dom) == set(specs)
 
 
-@needs_report
-@needs_browser
-@pytest.mark.parametrize("spread", [3.0, 40.0])
-def test_step_histogram_renders_on_either_axis_without_console_messages(two_runs, tmp_path, spread):
-    """Steps spanning over 10x get a log axis, the rest a linear one: both draw without a word in the console
-    (Vega-Lite warns when a log scale is told to leave out zero)."""
+def histogram_page(two_runs, tmp_path, spread: float) -> Path:
+    """The report of the run 'first' with steps of 10 ms to ``spread`` times that, in four bins."""
     from tensorgauge.analyse.run_report import RunReport
     from tensorgauge.render.html import run_page
     from tensorgauge.store import Store
@@ -166,11 +163,22 @@ def test_step_histogram_renders_on_either_axis_without_console_messages(two_runs
     report = RunReport.load(Store.open(two_runs), "first")
     report.timeline["histogram"] = [{"from_ms": 10.0 * spread ** (i / 4), "to_ms": 10.0 * spread ** ((i + 1) / 4),
                                      "steps": 5 + i} for i in range(4)]
-    page = tmp_path / "histogram.html"
+    page = tmp_path / f"histogram-{spread}.html"
     page.write_text(run_page(report))
-    axis = specs_in(page)["c-histogram"]["encoding"]["x"]["scale"]["type"]
-    assert axis == ("log" if spread > 10 else "linear")
-    dom, console = open_in_chromium(page)
+    return page
+
+
+def test_step_histogram_axis_is_log_where_steps_span_over_10x(two_runs, tmp_path):
+    axis = {spread: specs_in(histogram_page(two_runs, tmp_path, spread))["c-histogram"]["encoding"]["x"]["scale"]
+            for spread in (3.0, 40.0)}
+    assert axis == {3.0: {"type": "linear", "zero": False}, 40.0: {"type": "log"}}
+
+
+@needs_report
+@needs_browser
+def test_a_log_step_histogram_renders_without_console_messages(two_runs, tmp_path):
+    """Vega-Lite warns in the console when a log scale is told to leave out zero."""
+    dom, console = open_in_chromium(histogram_page(two_runs, tmp_path, 40.0))
     assert console == [] and "c-histogram" in rendered_charts(dom)
 
 

@@ -26,7 +26,7 @@ SLOW_MAP = Finding(id="input_bound", severity="high", title="Training waits for 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    return record_two_runs(tmp_path_factory, "x")
+    return record_two_runs(tmp_path_factory, "plain-runs", "x")
 
 
 @pytest.fixture

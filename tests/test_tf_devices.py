@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import needs_tf
+from conftest import made_once, needs_tf
 
 from tensorgauge.cli import main
 
@@ -16,11 +16,13 @@ JOBS = Path(__file__).parent / "jobs"
 WEIGHT_BYTES = 4 * (8 * 16 + 16 + 16 + 1)  # Dense(16) on 8 inputs, Dense(1)
 
 
+def _save_models(folder: Path) -> None:
+    subprocess.run([sys.executable, str(JOBS / "save_models.py"), str(folder)], check=True, capture_output=True)
+
+
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("models")
-    subprocess.run([sys.executable, str(JOBS / "save_models.py"), str(folder)], check=True, capture_output=True)
-    return folder
+    return made_once(tmp_path_factory, "models", _save_models)
 
 
 def devices(capsys, *args):
@@ -63,12 +65,13 @@ def test_a_model_loaded_under_a_device_scope_is_reported_on_that_device(models, 
     ("truncated.keras", "truncated or not a keras model"),
     ("notes.txt", "not a model (expected a SavedModel directory"),
 ])
-def test_bad_models_get_one_line_and_exit_2(models, capsys, name, message):
+def test_bad_models_get_one_line_and_exit_2(models, tmp_path, capsys, name, message):
+    path = models / name
     if name == "truncated.keras":
-        (models / name).write_bytes((models / "m.keras").read_bytes()[:2000])
+        (path := tmp_path / name).write_bytes((models / "m.keras").read_bytes()[:2000])
     if name == "notes.txt":
-        (models / name).write_text("hello")
-    assert main(["devices", str(models / name)]) == 2
+        (path := tmp_path / name).write_text("hello")
+    assert main(["devices", str(path)]) == 2
     err = capsys.readouterr().err
     lines = err.strip().splitlines()
     assert message in lines[-1] and "Traceback" not in err and len(lines) <= 2  # [progress,] the error

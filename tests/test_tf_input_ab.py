@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import needs_tf
+from conftest import jax_env, needs_jax, needs_tf
 
 from tensorgauge.analyse.run_report import RunReport
 from tensorgauge.hook.input_ab import VERDICT_ALLOWANCES
@@ -17,8 +17,9 @@ pytestmark = [needs_tf, pytest.mark.tf]
 JOBS = Path(__file__).parent / "jobs"
 
 
-def record(tg_cmd, store_path, *args) -> RunReport:
-    result = subprocess.run([*tg_cmd, "run", "-q", "--", sys.executable, *args], capture_output=True, text=True)
+def record(tg_cmd, store_path, *args, env: dict[str, str] | None = None) -> RunReport:
+    result = subprocess.run([*tg_cmd, "run", "-q", "--", sys.executable, *args], capture_output=True, text=True,
+                            env=env)
     assert result.returncode == 0, result.stderr[-2000:]
     return RunReport.load(Store.open(store_path), "last")
 
@@ -55,10 +56,10 @@ def test_a_healthy_cached_prefetched_custom_loop_is_not_input_bound(store_path, 
     assert "input_bound" not in {f.id for f in report.findings}, split
 
 
+@needs_jax
 def test_a_jax_custom_loop_is_counted_by_its_calls_with_its_evaluation(store_path, tg_cmd, tmp_path):
-    pytest.importorskip("jax", reason="JAX is not installed (extra [jax])")
     truth_path = tmp_path / "truth.json"
-    report = record(tg_cmd, store_path, str(JOBS / "jax_loop.py"), str(truth_path))
+    report = record(tg_cmd, store_path, str(JOBS / "jax_loop.py"), str(truth_path), env=jax_env())
     truth = json.loads(truth_path.read_text())
     loop = next(p for p in report.phases if p.name == "train loop")
     assert loop.steps == truth["steps"]  # every call of the jitted step, not its traces

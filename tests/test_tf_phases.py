@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import needs_tf
+from conftest import made_once, needs_tf
 
 from tensorgauge.analyse.account import shutdown
 from tensorgauge.analyse.run_report import RunReport
@@ -34,14 +34,16 @@ def record(tg_cmd, *command, check_exit=0):
     return result
 
 
+def _record_keras_all(folder: Path) -> None:
+    subprocess.run([PY, "-m", "tensorgauge", "run", "-q", "--store", str(folder / "runs.db"), "--",
+                    PY, str(JOBS / "keras_all.py"), str(folder / "truth.json")], check=True, capture_output=True)
+
+
 @pytest.fixture(scope="module")
 def keras_run(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("keras_all")
-    store_path, truth_path = folder / "runs.db", folder / "truth.json"
-    subprocess.run([PY, "-m", "tensorgauge", "run", "-q", "--store", str(store_path), "--",
-                    PY, str(JOBS / "keras_all.py"), str(truth_path)], check=True, capture_output=True)
-    store = Store.open(store_path)
-    return RunReport.load(store, "last"), json.loads(truth_path.read_text())
+    folder = made_once(tmp_path_factory, "keras_all", _record_keras_all)
+    store = Store.open(folder / "runs.db")
+    return RunReport.load(store, "last"), json.loads((folder / "truth.json").read_text())
 
 
 def test_every_call_is_a_phase_with_boundaries_within_50_ms(keras_run):

@@ -1,0 +1,55 @@
+"""The suite's own order (tests/conftest.py): the tests that wait spread among those that compute, and the
+durations it is ordered by, written by --store-durations."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import _interleaved
+
+HERE = Path(__file__).parent
+
+
+def test_two_lists_interleave_by_their_share_of_their_own_seconds():
+    computing = [("c", s) for s in (30, 20, 10, 10, 5, 5)]  # 80 s
+    waiting = [("w", s) for s in (15, 5)]  # 20 s
+    merged = _interleaved(computing, waiting, lambda item: item[1])
+    assert sorted(merged) == sorted(computing + waiting)
+    assert [i for i in merged if i[0] == "c"] == computing and [i for i in merged if i[0] == "w"] == waiting
+    # at every point, neither has gone more than one of its items ahead of the other's share
+    done = {"c": 0.0, "w": 0.0}
+    for kind, seconds in merged:
+        done[kind] += seconds
+        assert abs(done["c"] / 80 - done["w"] / 20) <= 30 / 80 + 15 / 20
+    assert merged[0] == ("c", 30) and merged[1] == ("w", 15)  # the first wait beside the first long computation
+    assert _interleaved([], waiting, lambda item: item[1]) == waiting
+    assert _interleaved(computing, [], lambda item: item[1]) == computing
+
+
+def test_store_durations_writes_the_tests_run_and_orders_by_them(tmp_path):
+    """A suite of its own (this conftest copied beside three tests): --store-durations writes each test's wall
+    and CPU seconds, those under a second left out; the next run takes the longest first, the one that waits
+    beside the one that computes."""
+    (tmp_path / "conftest.py").write_text((HERE / "conftest.py").read_text())
+    (tmp_path / "test_three.py").write_text(
+        "import time\n"
+        "def test_quick(): pass\n"
+        "def test_waits():\n    time.sleep(1.2)\n"
+        "def test_computes():\n    end = time.process_time() + 3.2\n    while time.process_time() < end: pass\n"
+        "def test_computes_less():\n    end = time.process_time() + 1.2\n    while time.process_time() < end: pass\n")
+
+    def pytest(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:tensorgauge",
+                               *args, str(tmp_path)], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        return done.stdout
+
+    pytest("--store-durations")
+    durations = json.loads((tmp_path / "durations.json").read_text())
+    assert set(durations) == {"test_three.py::test_waits", "test_three.py::test_computes",
+                              "test_three.py::test_computes_less"}
+    assert durations["test_three.py::test_waits"][1] < 1 <= durations["test_three.py::test_waits"][0]
+    assert durations["test_three.py::test_computes"][1] >= 3
+    order = [line.split("::")[1] for line in pytest("--collect-only").splitlines() if "::" in line]
+    assert order == ["test_computes", "test_waits", "test_computes_less", "test_quick"]
