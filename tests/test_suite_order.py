@@ -1,4 +1,4 @@
-"""The suite's own order (tests/conftest.py): the tests that wait spread among those that compute, and the
+"""The suite's own order (tests/suite_order.py): the tests that wait spread among those that compute, and the
 durations it is ordered by, written by --store-durations."""
 
 import json
@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import _interleaved
+from suite_order import _interleaved
 
 HERE = Path(__file__).parent
 
@@ -28,10 +28,11 @@ def test_two_lists_interleave_by_their_share_of_their_own_seconds():
 
 
 def test_store_durations_writes_the_tests_run_and_orders_by_them(tmp_path):
-    """A suite of its own (this conftest copied beside three tests): --store-durations writes each test's wall
+    """A suite of its own (the ordering plugin beside three tests): --store-durations writes each test's wall
     and CPU seconds, those under a second left out; the next run takes the longest first, the one that waits
     beside the one that computes."""
-    (tmp_path / "conftest.py").write_text((HERE / "conftest.py").read_text())
+    (tmp_path / "suite_order.py").write_text((HERE / "suite_order.py").read_text())
+    (tmp_path / "conftest.py").write_text("from suite_order import *  # noqa: F403\n")
     (tmp_path / "test_three.py").write_text(
         "import time\n"
         "def test_quick(): pass\n"
