@@ -92,13 +92,15 @@ def draw(rounds: list[tuple], size: int, draws: int, seed: int = 1, in_doubt_to:
     for _ in range(draws):
         chosen = pick.sample(rounds, max(size, in_doubt_to or size))
         size_now = size
+        doubt_rounds = 0  # each round drawn in doubt is one more look, as the A/B counts them
         while in_doubt_to and size_now < in_doubt_to and rounds_in_doubt(
                 [round_share(r[0], r[1]) for r in chosen[:size_now]],
-                [round_share_error(r[0], r[1]) for r in chosen[:size_now]]):
+                [round_share_error(r[0], r[1]) for r in chosen[:size_now]], looks=1 + doubt_rounds):
             size_now += 1
+            doubt_rounds += 1
         chosen = chosen[:size_now]
         found += ab_verdict({"real_step_seconds": [r[0] for r in chosen],
-                             "compute_step_seconds": [r[1] for r in chosen],
+                             "compute_step_seconds": [r[1] for r in chosen], "doubt_rounds": doubt_rounds,
                              "other_cores": [r[2] for r in chosen], "machine_cpus": chosen[0][3]})["established"]
     return found
 

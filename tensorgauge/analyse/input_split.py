@@ -23,7 +23,6 @@ from tensorgauge.hook.protocol import (
     INPUT_MODERATE,
     ROUND_BATCHES,
     ROUND_SECONDS,
-    T_CRITICAL,
     TRAIN_LOOP,
     WINDOW_START,
     ComputeProbe,
@@ -39,6 +38,7 @@ from tensorgauge.hook.protocol import (
     round_share,
     round_share_error,
     rounds_spread,
+    t_critical,
     share_interval,
     steps_error,
 )
@@ -154,11 +154,16 @@ def measured_ab(in_rounds: list[InputAB]) -> tuple[InputAB, str]:
     allowed = [d.get("allowance_seconds") for d in in_rounds]
     together: dict = {"cost_seconds": cost,
                       "allowance_seconds": None if None in allowed else round(sum(allowed), 4)}  # type: ignore[arg-type]
-    found = next((d for d in in_rounds if ab_verdict(d)["established"]), None)
+    # Each fit that measured again looked at the rounds once more (as each round begun in doubt does).
+    found = next((d for i, d in enumerate(in_rounds) if ab_verdict(_looked_after(d, in_rounds[:i]))["established"]),
+                 None)
     if found is not None:
-        where = f" in fit {in_rounds.index(found) + 1} of the {len(in_rounds)} that measured"
-        return {**found, **together}, where
-    pooled: dict = {**in_rounds[0], **together, "real_step_seconds": [],
+        index = in_rounds.index(found)
+        where = f" in fit {index + 1} of the {len(in_rounds)} that measured"
+        return {**_looked_after(found, in_rounds[:index]), **together}, where
+    # The pool is a look of its own, after each fit's.
+    looks = sum(1 + (d.get("doubt_rounds") or 0) for d in in_rounds)
+    pooled: dict = {**in_rounds[0], **together, "doubt_rounds": looks, "real_step_seconds": [],
                     "compute_step_seconds": [], "other_cores": [], "excursions_before": [], "untimed_steps": None}
     for d in in_rounds:
         real = d.get("real_step_seconds") or []
@@ -184,6 +189,12 @@ AGREEMENT_Z = 1.645
 MAJORITY = 0.6  # of the rounds, for a pooled share of four times the threshold
 
 
+def _looked_after(ab: InputAB, before: list[InputAB]) -> InputAB:
+    """``ab`` with the looks at rounds of the fits ``before`` it counted in its ``doubt_rounds``."""
+    looks = sum(1 + (d.get("doubt_rounds") or 0) for d in before)
+    return {**ab, "doubt_rounds": (ab.get("doubt_rounds") or 0) + looks} if looks else ab
+
+
 def ab_verdict(ab: InputAB) -> dict:
     """What the A/B's rounds say (:func:`_rounds_verdict`), its disturbed rounds left out; where that
     establishes no cost, with those of them whose disturbance cannot explain their share
@@ -199,7 +210,9 @@ def ab_verdict(ab: InputAB) -> dict:
 def _rounds_verdict(ab: InputAB, keep_disturbed: bool) -> dict:
     """What the A/B's rounds say: the real and compute-only step (:func:`_pooled`), input's share of the step, the lowest and highest share of any round, the cores other processes kept busy meanwhile, and whether the cost is established:
     at least :data:`INPUT_MODERATE` of the step, and the rounds bear that out. Either their mean share
-    is above it by Student's t at 97.5%, or the share pooled over the rounds at least that, less the
+    is above it by Student's t at 97.5% over the looks taken at them (:func:`~tensorgauge.hook.protocol.t_critical`:
+    one, and one more for each round begun in doubt and each earlier fit that measured, ``doubt_rounds``), or the
+    share pooled over the rounds at least that, less the
     one that shows the most, is twice it with every round at least that (four times beside other work:
     a round disturbed, or the neighbours' mean at :data:`AB_DISTURBED_CORES`), three times it with all but
     one (of :data:`OUTVOTING_ROUNDS` or more, those clear of it by t), or four times it with most of
@@ -210,6 +223,7 @@ def _rounds_verdict(ab: InputAB, keep_disturbed: bool) -> dict:
     loads: list[list[float | None] | None] = list(ab.get("other_cores") or [])
     loads += [None] * (len(real) - len(loads))
     cpus = ab.get("machine_cpus")
+    looks = 1 + (ab.get("doubt_rounds") or 0)
     every = [(r, c, load) for r, c, load in zip(real, compute, loads) if r and c]
     kept_at = {i for i, (r, c, load) in enumerate(every)
                if keep_disturbed and disturbed_round(load) and beyond_disturbance(r, c, load, cpus)}
@@ -242,10 +256,10 @@ def _rounds_verdict(ab: InputAB, keep_disturbed: bool) -> dict:
     robust = _pooled_share(_without_most([pair for pair, _, _ in agreeing], [x for _, x, _ in agreeing]))
     agree = (above == len(shares) and robust >= (4 if beside_work else 2) * INPUT_MODERATE + _steps_margin(errors)) or \
         (len(shares) >= OUTVOTING_ROUNDS and above >= len(shares) - 1 and robust >= 3 * INPUT_MODERATE
-         and _clear_of([x for _, x, _ in agreeing], INPUT_MODERATE, [e for _, _, e in agreeing])) or \
+         and _clear_of([x for _, x, _ in agreeing], INPUT_MODERATE, [e for _, _, e in agreeing], looks)) or \
         (len(shares) >= MAJORITY_ROUNDS and above >= math.ceil(MAJORITY * len(shares))
          and robust >= 4 * INPUT_MODERATE)
-    by_t = _clear_of(shares, INPUT_MODERATE, errors) and share >= 2 * INPUT_MODERATE
+    by_t = _clear_of(shares, INPUT_MODERATE, errors, looks) and share >= 2 * INPUT_MODERATE
     # Rounds whose neighbours came or went between their real and compute-only steps are left out; a verdict
     # needs AB_MIN_ROUNDS of the others where any was.
     established = bool(shares) and share >= INPUT_MODERATE and (agree or by_t) and \
@@ -257,7 +271,7 @@ def _rounds_verdict(ab: InputAB, keep_disturbed: bool) -> dict:
     # The interval is over the rounds the verdict stands on: those that agree where they outvoted the rest.
     counted = (shares, errors) if by_t or not established else \
         ([x for _, x, _ in agreeing], [e for _, _, e in agreeing])
-    low, high = share_interval(*counted)
+    low, high = share_interval(*counted, looks=looks)
     if spanned is not None:
         verdict = "input costs the steps, over all the fit's steps the A/B spanned (its rounds disagreed)"
     elif established:
@@ -338,14 +352,15 @@ def _steps_margin(errors: list[float]) -> float:
     return AGREEMENT_Z * steps_error(errors) / len(errors) ** 0.5 if errors else 0.0
 
 
-def _clear_of(shares: list[float], threshold: float, errors: list[float] | None = None) -> bool:
-    """The rounds' mean share is above ``threshold`` by Student's t at 97.5% (one-sided), their spread
-    never read below their own steps' ``errors`` (:func:`~tensorgauge.hook.protocol.rounds_spread`)."""
+def _clear_of(shares: list[float], threshold: float, errors: list[float] | None = None, looks: int = 1) -> bool:
+    """The rounds' mean share is above ``threshold`` by Student's t at 97.5% (one-sided) over ``looks``
+    (:func:`~tensorgauge.hook.protocol.t_critical`), their spread never read below their own steps' ``errors``
+    (:func:`~tensorgauge.hook.protocol.rounds_spread`)."""
     if len(shares) < 3:
         return False
     spread = rounds_spread(shares, errors)
     excess = statistics.mean(shares) - threshold
-    return spread > 0 and excess / (spread / len(shares) ** 0.5) >= T_CRITICAL.get(len(shares) - 1, 2.36)
+    return spread > 0 and excess / (spread / len(shares) ** 0.5) >= t_critical(len(shares) - 1, looks)
 
 
 def _window_split(window: InputProbe, probe: ComputeProbe | None) -> dict:

@@ -235,6 +235,7 @@ class InputAB:
         self.active = True
         self.measured = False  # finished with MIN_ROUNDS rounds or more
         self.too_slow = False  # the real steps are too long for even one excursion in the allowance
+        self.doubt_rounds = 0  # rounds begun while those before them were in doubt (see _in_doubt)
         self.block_began: machine_load.Mark | None = None  # the machine's load as a round's real steps began
         self.block_start = 0.0  # ... and the clock then
         self.other_cores: list[list[float | None]] = []  # per round: others' cores in its real, compute-only steps
@@ -265,6 +266,7 @@ class InputAB:
             if self._enough() or self._decided() or not self._affordable() or not self._room_for_another():
                 self.finish()
                 return True
+            self.doubt_rounds += self._in_doubt()
             self.real.append([])
             self.settle = self._settle_steps()
             self.settled = max(self.settled, self.settle)
@@ -496,8 +498,10 @@ class InputAB:
     def _in_doubt(self) -> bool:
         """The undisturbed rounds so far are in doubt (:func:`rounds_in_doubt`; see :meth:`_decided`). Only
         those leaning to a cost get more: on the healthy dense fit of ``benchmarks/tool_cost.py`` running
-        all the planned rounds took the A/B from 0.44 to 0.52 s."""
-        return rounds_in_doubt(*self._clean_shares())
+        all the planned rounds took the A/B from 0.44 to 0.52 s. Each round begun in doubt is one more look
+        at their interval (``doubt_rounds``), which widens it: looking until it clears would find a cost in
+        rounds that have none."""
+        return rounds_in_doubt(*self._clean_shares(), looks=1 + self.doubt_rounds)
 
     def _clean_shares(self) -> tuple[list[float], list[float]]:
         """The undisturbed rounds' shares and their steps' errors (:func:`round_share_error`)."""
@@ -622,6 +626,7 @@ class InputAB:
                        setup_seconds=round(self.setup_seconds, 4), source=self.source, shapes=self.shapes,
                        settle_steps=self.settled, after_fit=self.after_fit, other_cores=self.other_cores,
                        untimed_steps=self._untimed(real), machine_cpus=os.cpu_count(),
+                       doubt_rounds=self.doubt_rounds,
                        excursions_before=[[round(now - a, 6), round(now - b, 6)]
                                               for a, b in self.excursions + self.own_pauses])
 
@@ -641,7 +646,7 @@ class InputAB:
         shares, errors = self._clean_shares()
         if len(shares) < MIN_ROUNDS:
             return False
-        low, high = share_interval(shares, errors)
+        low, high = share_interval(shares, errors, looks=1 + self.doubt_rounds)
         return low >= INPUT_MODERATE or high < INPUT_MODERATE
 
     def median_share(self) -> float:

@@ -65,8 +65,28 @@ AB_EXTRA_ROUNDS = 3  # rounds the A/B runs in place of disturbed ones, at most
 AB_DISTURBANCE_FACTOR = 2.0
 
 
-# Student's t at 97.5% one-sided (95% two-sided), by degrees of freedom (a round count less one).
-T_CRITICAL = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36}
+# Student's t at 97.5% one-sided (95% two-sided) over as many looks at the rounds (Bonferroni: 2.5% / looks
+# each), by looks and degrees of freedom (a round count less one): scipy.stats.t.ppf(1 - 0.025 / looks, df).
+T_BY_LOOKS = {
+    1: {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26},
+    2: {1: 25.45, 2: 6.21, 3: 4.18, 4: 3.50, 5: 3.16, 6: 2.97, 7: 2.84, 8: 2.75, 9: 2.69},
+    3: {1: 38.19, 2: 7.65, 3: 4.86, 4: 3.96, 5: 3.53, 6: 3.29, 7: 3.13, 8: 3.02, 9: 2.93},
+    4: {1: 50.92, 2: 8.86, 3: 5.39, 4: 4.31, 5: 3.81, 6: 3.52, 7: 3.34, 8: 3.21, 9: 3.11},
+    5: {1: 63.66, 2: 9.92, 3: 5.84, 4: 4.60, 5: 4.03, 6: 3.71, 7: 3.50, 8: 3.36, 9: 3.25},
+    6: {1: 76.39, 2: 10.89, 3: 6.23, 4: 4.85, 5: 4.22, 6: 3.86, 7: 3.64, 8: 3.48, 9: 3.36},
+}
+
+
+def t_critical(df: int, looks: int = 1) -> float:
+    """Student's t that a mean over ``df + 1`` rounds must clear (97.5% one-sided), where the rounds were tested
+    ``looks`` times as they came in (the A/B runs more while they are in doubt: see ``doubt_rounds``), each look
+    at 2.5% / looks. Past the table, Cornish-Fisher's expansion of the normal quantile (within 0.01)."""
+    looks = min(max(1, looks), max(T_BY_LOOKS))  # more looks than that: as many (the A/B takes at most 5 more)
+    table = T_BY_LOOKS[looks]
+    if df in table:
+        return table[df]
+    z = statistics.NormalDist().inv_cdf(1 - 0.025 / looks)
+    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df * df)
 
 
 def round_share(real: list[float], compute: list[float]) -> float:
@@ -104,27 +124,27 @@ def steps_error(errors: list[float]) -> float:
     return statistics.mean(e * e for e in errors) ** 0.5 if errors else 0.0
 
 
-def share_interval(shares: list[float], errors: list[float] | None = None) -> tuple[float, float]:
-    """The 95% interval (Student's t, two-sided) of the mean of the rounds' ``shares``, their spread as
-    :func:`rounds_spread` reads it from them and their steps' ``errors``; one share is its own interval."""
+def share_interval(shares: list[float], errors: list[float] | None = None, looks: int = 1) -> tuple[float, float]:
+    """The 95% interval (Student's t, two-sided, over ``looks``: :func:`t_critical`) of the mean of the rounds'
+    ``shares``, their spread as :func:`rounds_spread` reads it from them and their steps' ``errors``; one share
+    is its own interval."""
     if not shares:
         return 0.0, 0.0
     mean = statistics.mean(shares)
     if len(shares) < 2:
         return mean, mean
-    t = T_CRITICAL.get(len(shares) - 1, 1.96 if len(shares) > 30 else 2.05)
-    half = t * rounds_spread(shares, errors) / len(shares) ** 0.5
+    half = t_critical(len(shares) - 1, looks) * rounds_spread(shares, errors) / len(shares) ** 0.5
     return mean - half, mean + half
 
 
-def rounds_in_doubt(shares: list[float], errors: list[float] | None = None) -> bool:
+def rounds_in_doubt(shares: list[float], errors: list[float] | None = None, looks: int = 1) -> bool:
     """Undisturbed rounds (:data:`AB_MIN_ROUNDS` or more) that lean to an input cost, their mean share at
-    :data:`INPUT_MODERATE` or more, that their 95% interval (:func:`share_interval`) does not establish:
-    the A/B's planned rounds left may (rounds leaning the other way could only turn "within noise" into
-    "no cost", neither a finding)."""
+    :data:`INPUT_MODERATE` or more, that their 95% interval (:func:`share_interval`, over ``looks``) does not
+    establish: the A/B's planned rounds left may (rounds leaning the other way could only turn "within noise"
+    into "no cost", neither a finding)."""
     if len(shares) < AB_MIN_ROUNDS:
         return False
-    low, _ = share_interval(shares, errors)
+    low, _ = share_interval(shares, errors, looks)
     return low < INPUT_MODERATE <= statistics.mean(shares)
 
 
@@ -316,6 +336,7 @@ class InputAB(Common, total=False):
     other_cores: list[list[float | None]]  # per round: cores other processes kept busy in its real, compute-only steps
     untimed_steps: list[float] | None  # [seconds, steps] of the fit's steps between the timed ones (pauses left out)
     machine_cpus: int | None  # the CPUs the machine has (what a neighbour's load is weighed against)
+    doubt_rounds: int  # rounds begun because those before them were in doubt: each one more look at the t-test
     skipped: str  # why there is no A/B (a fit too short, the cost bound)
     error: str
 

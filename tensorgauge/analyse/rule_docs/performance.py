@@ -62,7 +62,9 @@ DOCS = (
             f"their own steps' scatter puts it; all but one of {split.OUTVOTING_ROUNDS} rounds for "
             f"{pct(3 * INPUT_MODERATE)}; {pct(split.MAJORITY)} of {split.MAJORITY_ROUNDS} or more rounds for "
             f"{pct(4 * INPUT_MODERATE)}; or the rounds' mean above {pct(INPUT_MODERATE)} by Student's t at 97.5%, "
-            "their spread read no closer than their steps' scatter allows)",
+            "their spread read no closer than their steps' scatter allows; each round the A/B ran because those "
+            "before it were in doubt, and each later fit that measured again, is one more look, and the 2.5% is "
+            "split over the looks)",
             f"high: input is at least {pct(INPUT_HIGH)} of the step",
             "every share carries its 95% interval (Student's t over the rounds, or over the rounds that outvoted "
             f"the rest); a share not established whose interval reaches {pct(INPUT_MODERATE)} is reported as "
