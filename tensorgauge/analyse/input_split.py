@@ -38,9 +38,9 @@ from tensorgauge.hook.protocol import (
     round_share,
     round_share_error,
     rounds_spread,
-    t_critical,
     share_interval,
     steps_error,
+    t_critical,
 )
 from tensorgauge.model import Event, Phase, payloads
 from tensorgauge.steps import StepDigest
