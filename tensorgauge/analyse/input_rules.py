@@ -308,7 +308,7 @@ def backend_input_bound(timed: FitInput, fit: Phase, allowed: float) -> Finding 
                       "the step without its wait)")
 
 
-@rule("input_bound", category="performance", version=15, explains_idle=True)  # 15: rounds no closer than their steps allow
+@rule("input_bound", category="performance", version=16, explains_idle=True)  # 16: each round begun in doubt a look
 def _input_bound(f: RunFacts) -> Finding | None:
     if f.fit is not None and f.fit.name == TRAIN_LOOP:
         return loop_input_bound(f.last(LoopInput), f.fit, f.cores_allowed, f.fit_config, f.input_split)
