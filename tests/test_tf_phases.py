@@ -2,6 +2,7 @@
 boundaries and CPU against what the job measured itself."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -134,7 +135,7 @@ def test_hook_does_not_change_results(tg_cmd, store_path):
             "keras.utils.set_random_seed(1)\n"
             "m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8), keras.layers.Dense(1)])\n"
             "m.compile('sgd', 'mse')\n"
-            "x = np.random.default_rng(0).normal(size=(2048, 8))\n"
+            "x = np.random.default_rng(0).normal(size=(4096, 8))\n"
             "h = m.fit(x, x.sum(axis=1), epochs=2, verbose=0)\n"
             "print(repr(h.history['loss']), float(m.predict(x[:4], verbose=0).sum()))\n")
     bare = subprocess.run([PY, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -146,7 +147,11 @@ def test_hook_does_not_change_results(tg_cmd, store_path):
     assert diagnosed == bare and "[" in bare
     events = RunReport.load(Store.open(store_path), "last").events
     assert [e.kind for e in events if e.kind == "input_ab"] == ["input_ab"]
-    assert next(e.data for e in events if e.kind == "input_ab").get("compute_step_seconds"), events
+    # 256 steps leave the A/B room for its rounds; beside a one-core hog on a slow moment of the VM, rounds run in
+    # place of disturbed ones ended a fit of 128 "after 2 of the 3 rounds": compute-only steps ran even so.
+    ab = next(e.data for e in events if e.kind == "input_ab")
+    ended = re.search(r"ended after (\d+) of the", ab.get("skipped") or "")
+    assert ab.get("compute_step_seconds") or (ended and int(ended.group(1)) >= 1), ab
     assert not any(e.data.get("error") for e in events if e.kind in ("input_ab", "input_probe"))
 
 
