@@ -10,7 +10,15 @@ import pytest
 
 from tensorgauge.hook import machine_load
 
-SPIN = "import time\nt = time.time()\nwhile time.time() - t < {seconds}: pass\n"
+# Spins for ``seconds`` once it has made the file ``ready`` (a Python's start takes a second on a busy machine).
+SPIN = "import time\nopen({ready!r}, 'w').close()\nt = time.time()\nwhile time.time() - t < {seconds}: pass\n"
+
+
+def _wait_for(path, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} was never made"
+        time.sleep(0.01)
 
 
 def _over(seconds: float) -> tuple[float, float]:
@@ -24,18 +32,20 @@ def _over(seconds: float) -> tuple[float, float]:
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="reads /proc/stat (Linux)")
-def test_a_busy_worker_process_is_the_jobs_and_a_stranger_is_another_load():
+def test_a_busy_worker_process_is_the_jobs_and_a_stranger_is_another_load(tmp_path):
     """Held as the cores counted as the job's: the machine's other load (another test's job, a neighbour)
-    moves what is left to the others, not this."""
-    child = subprocess.Popen([sys.executable, "-c", SPIN.format(seconds=2.0)])  # like a data-loading worker
-    time.sleep(0.3)
+    moves what is left to the others, not this. Each spinner is measured once it spins: in CI, on a slow
+    moment of the VM, a child still starting 0.3 s after it was launched read 0.18 cores."""
+    child = subprocess.Popen([sys.executable, "-c", SPIN.format(ready=str(tmp_path / "child"), seconds=2.0)])
+    _wait_for(tmp_path / "child")  # like a data-loading worker
     own_with_child, _ = _over(1.0)
     child.wait()
     # A process this one did not start (a double fork: its parent exits, init adopts it).
+    stranger = SPIN.format(ready=str(tmp_path / "stranger"), seconds=2.0)
     subprocess.run([sys.executable, "-c", "import os, subprocess, sys\n"
-                    f"subprocess.Popen([sys.executable, '-c', {SPIN.format(seconds=2.0)!r}], start_new_session=True)\n"],
+                    f"subprocess.Popen([sys.executable, '-c', {stranger!r}], start_new_session=True)\n"],
                    check=True)
-    time.sleep(0.3)
+    _wait_for(tmp_path / "stranger")
     own_with_stranger, others_with_stranger = _over(1.0)
     # The spinning child had a core, or its share of two beside two other busy processes.
     assert own_with_child > 0.4 and own_with_stranger < 0.2, (own_with_child, own_with_stranger)
