@@ -162,8 +162,7 @@ def measured_ab(in_rounds: list[InputAB]) -> tuple[InputAB, str]:
         where = f" in fit {index + 1} of the {len(in_rounds)} that measured"
         return {**_looked_after(found, in_rounds[:index]), **together}, where
     # The pool is a look of its own, after each fit's.
-    looks = sum(1 + (d.get("doubt_rounds") or 0) for d in in_rounds)
-    pooled: dict = {**in_rounds[0], **together, "doubt_rounds": looks, "real_step_seconds": [],
+    pooled: dict = {**in_rounds[0], **together, "doubt_rounds": _looks(in_rounds), "real_step_seconds": [],
                     "compute_step_seconds": [], "other_cores": [], "excursions_before": [], "untimed_steps": None}
     for d in in_rounds:
         real = d.get("real_step_seconds") or []
@@ -189,9 +188,14 @@ AGREEMENT_Z = 1.645
 MAJORITY = 0.6  # of the rounds, for a pooled share of four times the threshold
 
 
+def _looks(fits: list[InputAB]) -> int:
+    """The looks the fits' A/Bs took at their rounds: one each, and one for each round begun in doubt."""
+    return sum(1 + (d.get("doubt_rounds") or 0) for d in fits)
+
+
 def _looked_after(ab: InputAB, before: list[InputAB]) -> InputAB:
     """``ab`` with the looks at rounds of the fits ``before`` it counted in its ``doubt_rounds``."""
-    looks = sum(1 + (d.get("doubt_rounds") or 0) for d in before)
+    looks = _looks(before)
     return {**ab, "doubt_rounds": (ab.get("doubt_rounds") or 0) + looks} if looks else ab
 
 
