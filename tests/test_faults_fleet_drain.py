@@ -8,6 +8,7 @@ import time
 
 from tensorgauge.errors import StoreUnreachable
 from tensorgauge.model import Sample
+from tensorgauge.store import shipping
 from tensorgauge.store.shipping import Shipper, SpooledStore
 
 
@@ -52,15 +53,22 @@ def _store(folder, shipper: type[Shipper], batches: int) -> SpooledStore:
     return store
 
 
-def test_a_backlog_the_store_keeps_taking_is_shipped_to_its_end(tmp_path):
-    """20 transactions, one after another: far longer than the stall window, each well within it."""
+def _one_batch_a_transaction(monkeypatch) -> None:
+    """A transaction ships one batch and says more wait, as a full one does: the shipper's thread ships
+    the backlog back to back, as it does a real one (not one batch, then a pause, then the next)."""
+    monkeypatch.setattr(shipping, "SHIP_BATCHES", 1)
+
+
+def test_a_backlog_the_store_keeps_taking_is_shipped_to_its_end(tmp_path, monkeypatch):
+    """40 transactions, one after another: twice the stall window, each well within it."""
+    _one_batch_a_transaction(monkeypatch)
     _SlowShipper.committed = []
-    store = _store(tmp_path, _SlowShipper, 20)
+    store = _store(tmp_path, _SlowShipper, 40)
     try:
-        assert store.drain(timeout_seconds=120.0, stall_seconds=0.5) is True
+        assert store.drain(timeout_seconds=120.0, stall_seconds=1.0) is True
     finally:
         store.close()
-    assert _SlowShipper.committed == list(range(1, 21))  # in order, each once
+    assert _SlowShipper.committed == list(range(1, 41))  # in order, each once
     assert not list((tmp_path / "spool").glob("*.db"))  # all shipped: the spool is gone
 
 
@@ -90,8 +98,9 @@ def test_while_the_job_runs_a_slow_store_is_shipped_to_less_often(tmp_path):
     assert len(gaps) >= 2 and min(gaps) >= 0.1 + 0.8 * 10 * 0.1  # the transaction, then 10 times it less jitter
 
 
-def test_a_slow_transaction_is_progress(tmp_path):
+def test_a_slow_transaction_is_progress(tmp_path, monkeypatch):
     """A transaction under way longer than the stall window is waited for: the store is answering."""
+    _one_batch_a_transaction(monkeypatch)
     slow = type("VerySlow", (_SlowShipper,), {"seconds": 1.0, "committed": []})
     store = _store(tmp_path, slow, 2)
     try:
@@ -114,25 +123,31 @@ def test_a_store_that_refuses_costs_the_stall_window_not_the_whole_wait(tmp_path
 
 
 class _DownAtFirstShipper(Shipper):
-    """A store that refuses until ``up_at`` (monotonic), then takes everything."""
+    """A store that refuses until ``up_at`` (monotonic), then takes everything; its refusals are counted."""
 
-    up_at = 0.0
+    up_at = float("inf")
+    refusals = 0
 
     def _commit(self, store, batches, record):
         if time.monotonic() < self.up_at:
+            type(self).refusals += 1
             raise StoreUnreachable("connection refused")
         return batches[-1][0] if batches else None
 
 
 def test_a_store_back_up_during_the_drain_is_tried_again_within_the_stall_window(tmp_path):
-    """Refused while the job ran, the shipper waits longer each time (here 4 s after its third refusal);
-    the run's end retries every second, so a store up 0.3 s into a 1.5 s stall window takes the run."""
-    began = time.monotonic()
-    down = type("DownAtFirst", (_DownAtFirstShipper,), {"up_at": began + 1.4})
+    """Refused twice while the job ran, the shipper would wait 4 s after its third refusal (the drain's first
+    try); the run's end retries every second instead, so a store up 0.3 s into a 2 s stall window takes the
+    run."""
+    down = type("DownAtFirst", (_DownAtFirstShipper,), {"refusals": 0})
     store = _store(tmp_path, down, 3)
     try:
-        time.sleep(max(0.0, began + 1.1 - time.monotonic()))  # two refusals: the next try would be ~2 s away
-        assert store.drain(timeout_seconds=120.0, stall_seconds=1.5) is True
+        deadline = time.monotonic() + 30.0
+        while down.refusals < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert down.refusals >= 2
+        down.up_at = time.monotonic() + 0.3
+        assert store.drain(timeout_seconds=120.0, stall_seconds=2.0) is True
     finally:
         store.close()
     assert not list((tmp_path / "spool").glob("*.db"))
