@@ -147,7 +147,7 @@ def test_a_store_back_up_during_the_drain_is_tried_again_within_the_stall_window
             time.sleep(0.02)
         assert down.refusals >= 2
         down.up_at = time.monotonic() + 0.3
-        assert store.drain(timeout_seconds=120.0, stall_seconds=2.0) is True
+        assert store.drain(timeout_seconds=120.0, stall_seconds=2.5) is True
     finally:
         store.close()
     assert not list((tmp_path / "spool").glob("*.db"))
@@ -184,30 +184,45 @@ def test_the_drain_waits_for_the_transaction_under_way_to_commit(tmp_path):
 
 
 class _BusyAtFirstShipper(Shipper):
-    """A store whose connection slots are all taken until ``free_at`` (monotonic): it serves others."""
+    """A store whose connection slots are all taken until ``free_at`` (monotonic): it serves others. Its
+    refusals are counted."""
 
-    free_at = 0.0
+    free_at = float("inf")
     refusal = "FATAL: sorry, too many clients already"
+    refusals = 0
 
     def _commit(self, store, batches, record):
         if time.monotonic() < self.free_at:
+            type(self).refusals += 1
             raise StoreUnreachable(self.refusal)
         return batches[-1][0] if batches else None
 
 
+def _refused_once(shipper: type[_BusyAtFirstShipper]) -> None:
+    """Until the shipper's first try has been refused (its retries then wait 1 s, 2 s, ...)."""
+    deadline = time.monotonic() + 30.0
+    while shipper.refusals < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert shipper.refusals >= 1
+
+
 def test_a_store_busy_with_other_workers_is_waited_for_longer_than_one_that_is_down(tmp_path):
     """30 workers ending at once on 10 slots: one waited over 15 s for a free slot (1 CI run in 3) and
-    left its run in its spool. Refusals for lack of slots stretch the stall window fourfold; a store
-    that does not answer still costs one."""
-    busy = type("Busy", (_BusyAtFirstShipper,), {"free_at": time.monotonic() + 0.7})  # a retry every ~1 s
+    left its run in its spool. Refusals for lack of slots stretch the stall window fourfold (here 1 s to 4 s,
+    against a retry 1.6-2.4 s after the drain's first); a store that does not answer still costs one."""
+    busy = type("Busy", (_BusyAtFirstShipper,), {"refusals": 0})
     store = _store(tmp_path, busy, 3)
     try:
-        assert store.drain(timeout_seconds=120.0, stall_seconds=0.5) is True
+        _refused_once(busy)
+        busy.free_at = time.monotonic() + 0.7
+        assert store.drain(timeout_seconds=120.0, stall_seconds=1.0) is True
     finally:
         store.close()
-    down = type("Down", (_BusyAtFirstShipper,), {"free_at": time.monotonic() + 3.0, "refusal": "connection refused"})
+    down = type("Down", (_BusyAtFirstShipper,), {"refusals": 0, "refusal": "connection refused"})
     store = _store(tmp_path / "down", down, 3)
     try:
-        assert store.drain(timeout_seconds=120.0, stall_seconds=0.5) is False
+        _refused_once(down)
+        down.free_at = time.monotonic() + 3.0
+        assert store.drain(timeout_seconds=120.0, stall_seconds=1.0) is False
     finally:
         store.close()
