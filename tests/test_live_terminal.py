@@ -69,11 +69,16 @@ def test_the_job_writes_to_a_terminal_of_the_real_ones_size_in_order():
                               "print(sys.stdout.isatty(), sys.stderr.isatty(), os.get_terminal_size().columns)\n"
                               "for i in range(3):\n"
                               "    print('out', i, flush=True); print('err', i, file=sys.stderr, flush=True)\n"
-                              "sys.stdout.write('\\r5/10\\r6/10'); sys.stdout.flush(); time.sleep(1.5)\n"
+                              "sys.stdout.write('\\r5/10\\r6/10'); sys.stdout.flush()\n"
+                              "deadline = time.monotonic() + 30\n"
+                              "while os.get_terminal_size().columns == 100 and time.monotonic() < deadline:\n"
+                              "    time.sleep(0.02)\n"
                               "print(); print('resized to', os.get_terminal_size().columns)\n"
                               "sys.exit(3)"], **output.popen_args())
     output.start()
-    time.sleep(0.5)
+    deadline = time.monotonic() + 30.0
+    while "6/10" not in partials and time.monotonic() < deadline:  # the job has read its size, and writes on
+        time.sleep(0.02)
     set_size(terminal, 90)  # the user widens or narrows the window: the job's terminal follows
     assert child.wait(timeout=30) == 3
     output.close()

@@ -4,10 +4,10 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 
 import psutil
 import pytest
+from conftest import text_once_written
 
 from tensorgauge.sources.process_tree import ProcfsProcessTree, descendants, read_stat
 
@@ -25,9 +25,11 @@ def test_read_stat_agrees_with_psutil():
 def test_command_names_with_spaces_and_parentheses(tmp_path):
     odd = tmp_path / "odd ) name ("
     shutil.copy(sys.executable, odd)
-    proc = subprocess.Popen([str(odd), "-c", "import time; time.sleep(5)"])
+    ready = tmp_path / "ready"
+    proc = subprocess.Popen([str(odd), "-c", f"import pathlib, time; pathlib.Path({str(ready)!r}).write_text('up'); "
+                             "time.sleep(60)"])
     try:
-        time.sleep(0.2)
+        text_once_written(ready, proc)
         stat = read_stat(proc.pid)
         assert stat is not None and stat[1] == 1 and stat[2] > 1 << 20
     finally:
@@ -35,13 +37,13 @@ def test_command_names_with_spaces_and_parentheses(tmp_path):
         proc.wait()
 
 
-def test_tree_finds_grandchildren_and_sums_them():
-    code = ("import subprocess, sys, time\n"
-            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(5)'])\n"
-            "time.sleep(5)")
+def test_tree_finds_grandchildren_and_sums_them(tmp_path):
+    ready = tmp_path / "ready"
+    grandchild = f"import pathlib, time\npathlib.Path({str(ready)!r}).write_text('up')\ntime.sleep(60)"
+    code = f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {grandchild!r}])\ntime.sleep(60)"
     root = subprocess.Popen([sys.executable, "-c", code])
     try:
-        time.sleep(0.5)
+        text_once_written(ready, root)  # the grandchild runs (a slow machine takes its time to start Pythons)
         assert len(descendants(root.pid)) == 1
         reading = ProcfsProcessTree(root.pid).read()
         assert reading.processes == 2 and reading.threads >= 2 and reading.rss_bytes > 2 << 20

@@ -57,7 +57,7 @@ def test_killed_monitor_keeps_samples_marks_incomplete_and_takes_the_tree_down(s
              f"pathlib.Path({str(folder)!r}).write_text(os.path.dirname(os.environ['TENSORGAUGE_EVENTS']))\n"
              f"pathlib.Path({str(pids)!r}).write_text(str(os.getpid()))\n"
              f"pathlib.Path({str(ready)!r}).write_text('')\n"
-             "time.sleep(1.5)\n"
+             "time.sleep(5)\n"  # the samples committed (every 0.5 s) before it ends, on a slow machine too
              f"pathlib.Path({str(done)!r}).write_text('finished')\n")
     wrapper = f"{PY} -c {shlex.quote(inner)}; echo after"  # the real job is a grandchild of the monitor
     monitor = subprocess.Popen([*tg_cmd, "run", "-q", *(["--keep-job-on-failure"] if keep else []), "--",
