@@ -2,6 +2,7 @@
 
 import json
 import sqlite3
+import statistics
 import sys
 
 import pytest
@@ -45,10 +46,11 @@ def test_samples_are_dense_and_carry_per_cpu_and_memory(store_path):
     samples = store.samples(store.run("last").run_id)
     assert len(samples) >= 12  # ~20 at 0.05 s
     gaps = [b.t - a.t for a, b in zip(samples, samples[1:])]
-    assert max(gaps) < 0.3
+    assert statistics.median(gaps) < 0.08 and max(gaps) < 1.0  # the interval asked for (0.1 s by default)
     assert samples[-1].cpu_percent is not None
     assert samples[0].mem_available_bytes > 0  # machine memory: the first sample, then once a second
-    assert 1 <= sum(s.mem_available_bytes is not None for s in samples) <= 3
+    span_seconds = samples[-1].t - samples[0].t
+    assert 1 <= sum(s.mem_available_bytes is not None for s in samples) <= 2 + span_seconds
     assert samples[-1].threads >= 1 and samples[-1].processes == 1
 
 

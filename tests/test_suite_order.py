@@ -29,8 +29,8 @@ def test_two_lists_interleave_by_their_share_of_their_own_seconds():
 
 def test_store_durations_writes_the_tests_run_and_orders_by_them(tmp_path):
     """A suite of its own (the ordering plugin beside three tests): --store-durations writes each test's wall
-    and CPU seconds, those under a second left out; the next run takes the longest first, the one that waits
-    beside the one that computes."""
+    and CPU seconds, those under a second left out; a run takes the longest first, the one that waits beside
+    the one that computes."""
     (tmp_path / "suite_order.py").write_text((HERE / "suite_order.py").read_text())
     (tmp_path / "conftest.py").write_text("from suite_order import *  # noqa: F403\n")
     (tmp_path / "test_three.py").write_text(
@@ -52,5 +52,9 @@ def test_store_durations_writes_the_tests_run_and_orders_by_them(tmp_path):
                               "test_three.py::test_computes_less"}
     assert durations["test_three.py::test_waits"][1] < 1 <= durations["test_three.py::test_waits"][0]
     assert durations["test_three.py::test_computes"][1] >= 3
+    # The order read from such a file (written here: a loaded machine moves what a test's CPU share reads as).
+    (tmp_path / "durations.json").write_text(json.dumps({"test_three.py::test_waits": [1, 0],
+                                                         "test_three.py::test_computes": [3, 3],
+                                                         "test_three.py::test_computes_less": [1, 1]}))
     order = [line.split("::")[1] for line in pytest("--collect-only").splitlines() if "::" in line]
     assert order == ["test_computes", "test_waits", "test_computes_less", "test_quick"]

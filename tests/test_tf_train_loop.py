@@ -44,7 +44,8 @@ def test_a_tf_function_loop_that_waits_for_input(tg_cmd, store_path):
     # The map sleeps 1 ms for each of a batch's 64 elements, inside next(); the step computes ~3 ms: most of
     # the step is the wait. (Against an independent A/B of the same loop without the tool, 83.3 ms against
     # 79.6 ms: docs/measurements.md; over rounds, benchmarks/independent_truths.py.)
-    assert 0.5 * loop.step_seconds_p50 < split["input_wait_seconds"] < loop.step_seconds_p50, (split, own)
+    # The wait is ~0.95 of the step, so it is held to the step the split read (a mean; the p50 is of all steps).
+    assert 0.5 * split["step_seconds"] < split["input_wait_seconds"] <= split["step_seconds"], (split, own)
     found = {f.id: f for f in report.findings}
     assert found["input_bound"].severity == "high" and "next()" in found["input_bound"].fix
     assert "eager_execution" not in found
