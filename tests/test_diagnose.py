@@ -14,7 +14,7 @@ from tensorgauge.analyse.diagnose import (
     thread_limited,
 )
 from tensorgauge.analyse.findings import find
-from tensorgauge.analyse.pauses import diagnosis_pauses, stalls, startup_dominated
+from tensorgauge.analyse.pauses import diagnosis_pauses, fit_pauses, stalls, startup_dominated
 from tensorgauge.analyse.summary import summarise
 from tensorgauge.model import Event, Phase, RunRecord
 from tensorgauge.steps import StepDigest
@@ -355,6 +355,26 @@ def test_idle_pauses_where_iterators_are_deleted_count_only_when_they_repeat():
     last = digest([0.01] * 500, start=0.0)  # the last step ends at 5.0 s; fit returns at 7 s
     assert stalls(fit_phase, alone, [last], cpu_at=lambda t: min(t, 5.0) * 1.6 + max(0.0, t - 5.0) * 0.3) is None
     assert stalls(fit_phase, alone, [last], cpu_at=lambda t: 1.6 * t) is not None  # computing: a stall
+
+
+def test_a_pause_as_fit_returns_is_read_outside_the_tools_own_work_after_the_last_step():
+    """Seen in CI beside a hog: the profiler's stop and the stage timing (2.2 s, a core busy) ran after the last
+    step, then the fit's iterator teardown waited 3.2 s with no core busy. The pause is that wait: it begins as
+    the tool's work ends, and its cores are read over it alone (0.72 read over the first 3.2 s from the last
+    step, the tool's work among them, made it count as a stall)."""
+    fit_phase = Phase(name="fit", kind="fit", start=0.0, end=10.0, step_seconds_p50=0.1, steps=46)
+    alone = [Phase(name="epoch 1", kind="epoch", start=0.0, end=4.6, parent=0)]
+    last = digest([0.1] * 46, start=0.0)  # the last step ends at 4.6 s; fit returns at 10.0 s
+    own = [(4.55, 4.95), (4.9, 6.8)]  # the profiler's stop, then the stage timing (they overlap)
+
+    def cpu(t):  # a core busy through the steps and the tool's work, none in the teardown's wait
+        return min(t, 6.8) + max(0.0, t - 9.9)
+
+    (pause,) = fit_pauses(fit_phase, alone, [last], own, cpu_at=cpu).values()
+    assert pause["t"] == 6.8 and pause["seconds"] == pytest.approx(3.2) and pause["cores_busy"] <= 0.05
+    assert stalls(fit_phase, alone, [last], own, cpu_at=cpu) is None  # a lone idle teardown: chance
+    busy = stalls(fit_phase, alone, [last], own, cpu_at=lambda t: t)  # the job computed through it: a stall
+    assert busy is not None and busy.evidence["stalls"][0]["cores_busy"] == pytest.approx(1.0, abs=0.01)
 
 
 def test_a_slow_validation_step_is_held_against_the_validations_own_median():

@@ -463,12 +463,12 @@ def _idle_facts(f: RunFacts) -> tuple[bool, float | None, str | None, list[dict]
     return any(x.id in idle_explainers() for x in f.found), others, unmeasured, teardown_waits(f)
 
 
-@rule("cores_idle", category="performance", after_idle_explainers=True, version=2)  # 2: waits left out
+@rule("cores_idle", category="performance", after_idle_explainers=True, version=3)  # 3: waits read outside the tool's work
 def _cores_idle(f: RunFacts) -> Finding | None:
     return cores_idle(f.fit, f.cores_allowed, *_idle_facts(f))
 
 
-@rule("idle_cause_unknown", category="performance", after_idle_explainers=True, version=2)
+@rule("idle_cause_unknown", category="performance", after_idle_explainers=True, version=3)  # 3: waits read outside the tool's work
 def _idle_cause_unknown(f: RunFacts) -> Finding | None:
     return idle_cause_unknown(f.fit, f.cores_allowed, *_idle_facts(f))
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable
 
-from tensorgauge.analyse.phases import cpu_at, main_fit, seconds_outside
+from tensorgauge.analyse.phases import cpu_at, main_fit, spans_outside
 from tensorgauge.analyse.rules import RunFacts, rule
 from tensorgauge.hook.protocol import InputAB, InputProbe, InputStages, Kind, Trace
 from tensorgauge.model import Finding, Phase, Severity
@@ -107,12 +107,15 @@ def fit_pauses(fit: Phase | None, epochs: list[Phase], digests: list[StepDigest]
         if epoch is not None and (id(epoch) not in first_of or end < first_of[id(epoch)][0]):
             first_of[id(epoch)] = (end, seconds)
     found: dict[float, dict] = {}  # by when the stall began
+    spans: dict[float, list[tuple[float, float]]] = {}  # ... and its parts outside the tool's own pauses
     for epoch in epochs[1:]:  # the first epoch's start is the fit's start-up
         first = first_of.get(id(epoch))
-        wait = seconds_outside(epoch.start, first[0] - epoch.start, own) if first is not None else 0.0
+        outside = spans_outside(epoch.start, first[0], own) if first is not None else []
+        wait = sum(b - a for a, b in outside)
         if wait >= limit:
             found[round(epoch.start, 3)] = {"t": round(epoch.start, 3), "seconds": round(wait, 3),
                                             "epoch": epoch.name, "at_epoch_start": True}
+            spans[round(epoch.start, 3)] = outside
     counted = {end for end, _ in first_of.values()}
     # The first validation's first steps trace and build the test function: start-up too.
     warmup |= {end for d in digests for end, _ in d.first[:WARMUP_STEPS]
@@ -128,19 +131,25 @@ def fit_pauses(fit: Phase | None, epochs: list[Phase], digests: list[StepDigest]
             if seconds < bound:
                 continue
             begin = end - seconds
-            seconds = seconds_outside(begin, seconds, own if validation else own_training)
+            outside = spans_outside(begin, end, own if validation else own_training)
+            seconds = sum(b - a for a, b in outside)
             if seconds >= bound:
                 found[round(begin, 3)] = {"t": round(begin, 3), "seconds": round(seconds, 3), "epoch": epoch.name,
                                           "at_epoch_start": False, **({"in_validation": True} if validation else {})}
+                spans[round(begin, 3)] = outside
     done = _after_last_step(fit, nested or [], digests)
     if done is not None:
-        tail = seconds_outside(done, fit.end - done, own_training)
-        if tail >= limit:
-            found[round(done, 3)] = {"t": round(done, 3), "seconds": round(tail, 3), "epoch": "fit",
-                                     "at_epoch_start": False, "after_last_step": True}
-    if cpu_at is not None:  # the cores the job kept busy through each pause
-        for x in found.values():
-            x["cores_busy"] = round(max(0.0, cpu_at(x["t"] + x["seconds"]) - cpu_at(x["t"])) / x["seconds"], 2)
+        outside = spans_outside(done, fit.end, own_training)
+        tail = sum(b - a for a, b in outside)
+        if tail >= limit:  # it begins where the tool's own work after the last step (if any) ends
+            begin = round(outside[0][0], 3)
+            found[begin] = {"t": begin, "seconds": round(tail, 3), "epoch": "fit", "at_epoch_start": False,
+                            "after_last_step": True}
+            spans[begin] = outside
+    if cpu_at is not None:  # the cores the job kept busy through each pause, the tool's own pauses left out
+        for t, x in found.items():
+            busy = sum(cpu_at(b) - cpu_at(a) for a, b in spans[t])
+            x["cores_busy"] = round(max(0.0, busy) / x["seconds"], 2)
     return found
 
 
@@ -272,7 +281,7 @@ def _startup_dominated(f: RunFacts) -> Finding | None:
     return startup_dominated(f.phases, f.record.wall_seconds or 0.0, f.step_digests)
 
 
-@rule("stalls", category="performance", explains_idle=True, version=4)
+@rule("stalls", category="performance", explains_idle=True, version=5)  # 5: a pause read outside the tool's work
 def _stalls(f: RunFacts) -> Finding | None:
     found = _pause_inputs(f)
     if found is None:

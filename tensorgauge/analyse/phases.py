@@ -30,9 +30,23 @@ def as_series(samples: SampleSeries | list[Sample]) -> SampleSeries:
     return samples if isinstance(samples, SampleSeries) else SampleSeries.from_samples(samples)
 
 
+def spans_outside(begin: float, end: float, pauses: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The parts of [begin, end] outside ``pauses`` (the tool's own; they may overlap), in order."""
+    out, at = [], begin
+    for a, b in sorted(pauses):
+        if b <= at or a >= end:
+            continue
+        if a > at:
+            out.append((at, a))
+        at = max(at, b)
+    if at < end:
+        out.append((at, end))
+    return out
+
+
 def seconds_outside(begin: float, seconds: float, pauses: list[tuple[float, float]]) -> float:
     """Seconds of [begin, begin + seconds] outside ``pauses`` (the tool's own)."""
-    return seconds - sum(max(0.0, min(begin + seconds, b) - max(begin, a)) for a, b in pauses)
+    return sum(b - a for a, b in spans_outside(begin, begin + seconds, pauses))
 
 
 def cpu_at(series: SampleSeries, t: float) -> float:

@@ -356,8 +356,9 @@ DOCS = (
         measured="From the fit's step times (the slowest steps of every phase are kept exactly), each epoch's "
                  "start to the end of its first step, and the time after the last step (or validation) until "
                  "fit returned. The fit's first steps and the first validation's (tracing, building) are "
-                 "start-up; a step that traced its function and the tool's own A/B pauses are left out. The "
-                 "cores the job kept busy during each pause say whether it computed or waited.",
+                 "start-up; a step that traced its function and the tool's own work (the A/B's excursions, the "
+                 "profiler window, the stage timing) are left out. The cores the job kept busy during each "
+                 "pause, outside the tool's own work, say whether it computed or waited.",
         thresholds=(
             f"a pause: at least {pauses.STALL_FACTOR:g}x the fit's median step and at least "
             f"{pauses.STALL_MIN_SECONDS:g} s (a validation step against the validation's median)",
