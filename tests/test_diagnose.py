@@ -400,6 +400,21 @@ def test_the_diagnose_windows_own_pauses_are_not_stalls():
     assert stalls(fit_phase, epochs, [d], diagnosis_pauses([], [], [[3.39, 5.0]])) is None
 
 
+def test_a_step_that_holds_the_profilers_stop_is_a_pause_from_where_the_stop_ends():
+    """Seen in CI beside another test: the step that stopped the profiler (2.84 s of the tool's) went on 1.06 s
+    after the stop. The stall is that 1.06 s, and it begins as the stop ends, not where the step began."""
+    fit_phase = Phase(name="fit", kind="fit", start=0.0, end=18.9, step_seconds_p50=0.05, steps=301)
+    epochs = [Phase(name="epoch 1", kind="epoch", start=0.0, end=18.9, parent=0)]
+    steps = [0.05] * 200 + [2.84 + 1.06] + [0.05] * 100
+    d = digest(steps, start=0.0)  # the long step begins at 10.0 s; fit returns as the last step ends
+    own = diagnosis_pauses([{"stop_seconds": 2.84, "start_seconds": 0.0, "step_seconds": [0.05] * 10}], [12.84])
+    (pause,) = fit_pauses(fit_phase, epochs, [d], own).values()
+    assert pause["t"] == pytest.approx(12.84) and pause["seconds"] == pytest.approx(1.06, abs=1e-3)
+    # Not the tool's: a step with no stop in it, as long, is a pause from its own begin.
+    (plain,) = fit_pauses(fit_phase, epochs, [d]).values()
+    assert plain["t"] == pytest.approx(10.0) and plain["seconds"] == pytest.approx(3.9, abs=1e-3)
+
+
 def test_a_pause_after_the_last_step_before_fit_returns_is_a_stall_and_not_idle_cores():
     fit_phase = Phase(name="fit", kind="fit", start=0.0, end=25.0, step_seconds_p50=0.01, steps=500,
                       cores_busy_mean=0.2)

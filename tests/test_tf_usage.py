@@ -99,7 +99,9 @@ def test_compute_probe_runs_on_the_shapes_of_real_batches(store_path, tg_cmd, tm
     assert median > 0 and probe["shapes"][0] == truth["batch_shape"]
     # The profiler's own stop and the A/B's excursions are not stalls (other pauses of this 2-core VM may be).
     found = {f.id: f for f in report.findings}
-    own = [(e.t - (e.data.get("stop_seconds") or 0.0) - 0.05, e.t + 0.05) for e in report.events
+    # The probe's event is sent as its stop ends; the step that stopped it goes on after that, the job's (seen
+    # beside another test: 1.06 s more, a stall of the VM's moment that begins there).
+    own = [(e.t - (e.data.get("stop_seconds") or 0.0) - 0.05, e.t) for e in report.events
            if e.kind == "input_probe" and e.data.get("step_seconds")]
     own += [(e.t - a, e.t - b) for e in report.events if e.kind == "input_ab" for a, b in e.data.get("excursions_before", [])]
     # (A stall that ends as an excursion begins, within 10 ms, does not hold it: seen once, an epoch start of

@@ -63,6 +63,10 @@ def diagnosis_pauses(probes: list[InputProbe], ends: list[float], excursions: li
     return out
 
 
+def _seconds(spans: list[tuple[float, float]]) -> float:
+    return sum(b - a for a, b in spans)
+
+
 def _after_last_step(fit: Phase, nested: list[Phase], digests: list[StepDigest]) -> float | None:
     """When the fit's work ended: its last step, or a phase inside it that ended later (validation)."""
     last = max((d.last_end for d in digests if d.last_end is not None and fit.start <= d.last_end <= fit.end + 1e-6),
@@ -108,14 +112,19 @@ def fit_pauses(fit: Phase | None, epochs: list[Phase], digests: list[StepDigest]
             first_of[id(epoch)] = (end, seconds)
     found: dict[float, dict] = {}  # by when the stall began
     spans: dict[float, list[tuple[float, float]]] = {}  # ... and its parts outside the tool's own pauses
+
+    def keep(outside: list[tuple[float, float]], where: dict) -> None:
+        """A pause of these parts: it begins where the first begins (after any of the tool's own work
+        that opened it: a profiler's stop inside the step, an excursion at the epoch's start)."""
+        begin = round(outside[0][0], 3)
+        found[begin] = {"t": begin, "seconds": round(_seconds(outside), 3), **where}
+        spans[begin] = outside
+
     for epoch in epochs[1:]:  # the first epoch's start is the fit's start-up
         first = first_of.get(id(epoch))
         outside = spans_outside(epoch.start, first[0], own) if first is not None else []
-        wait = sum(b - a for a, b in outside)
-        if wait >= limit:
-            found[round(epoch.start, 3)] = {"t": round(epoch.start, 3), "seconds": round(wait, 3),
-                                            "epoch": epoch.name, "at_epoch_start": True}
-            spans[round(epoch.start, 3)] = outside
+        if _seconds(outside) >= limit:
+            keep(outside, {"epoch": epoch.name, "at_epoch_start": True})
     counted = {end for end, _ in first_of.values()}
     # The first validation's first steps trace and build the test function: start-up too.
     warmup |= {end for d in digests for end, _ in d.first[:WARMUP_STEPS]
@@ -130,22 +139,15 @@ def fit_pauses(fit: Phase | None, epochs: list[Phase], digests: list[StepDigest]
             bound = max(STALL_MIN_SECONDS, STALL_FACTOR * (validation.step_seconds_p50 or p50)) if validation else limit
             if seconds < bound:
                 continue
-            begin = end - seconds
-            outside = spans_outside(begin, end, own if validation else own_training)
-            seconds = sum(b - a for a, b in outside)
-            if seconds >= bound:
-                found[round(begin, 3)] = {"t": round(begin, 3), "seconds": round(seconds, 3), "epoch": epoch.name,
-                                          "at_epoch_start": False, **({"in_validation": True} if validation else {})}
-                spans[round(begin, 3)] = outside
+            outside = spans_outside(end - seconds, end, own if validation else own_training)
+            if _seconds(outside) >= bound:
+                keep(outside, {"epoch": epoch.name, "at_epoch_start": False,
+                               **({"in_validation": True} if validation else {})})
     done = _after_last_step(fit, nested or [], digests)
     if done is not None:
         outside = spans_outside(done, fit.end, own_training)
-        tail = sum(b - a for a, b in outside)
-        if tail >= limit:  # it begins where the tool's own work after the last step (if any) ends
-            begin = round(outside[0][0], 3)
-            found[begin] = {"t": begin, "seconds": round(tail, 3), "epoch": "fit", "at_epoch_start": False,
-                            "after_last_step": True}
-            spans[begin] = outside
+        if _seconds(outside) >= limit:
+            keep(outside, {"epoch": "fit", "at_epoch_start": False, "after_last_step": True})
     if cpu_at is not None:  # the cores the job kept busy through each pause, the tool's own pauses left out
         for t, x in found.items():
             busy = sum(cpu_at(b) - cpu_at(a) for a, b in spans[t])
@@ -281,7 +283,7 @@ def _startup_dominated(f: RunFacts) -> Finding | None:
     return startup_dominated(f.phases, f.record.wall_seconds or 0.0, f.step_digests)
 
 
-@rule("stalls", category="performance", explains_idle=True, version=5)  # 5: a pause read outside the tool's work
+@rule("stalls", category="performance", explains_idle=True, version=6)  # 6: a pause begins outside the tool's work
 def _stalls(f: RunFacts) -> Finding | None:
     found = _pause_inputs(f)
     if found is None:
