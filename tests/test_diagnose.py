@@ -410,9 +410,15 @@ def test_a_step_that_holds_the_profilers_stop_is_a_pause_from_where_the_stop_end
     own = diagnosis_pauses([{"stop_seconds": 2.84, "start_seconds": 0.0, "step_seconds": [0.05] * 10}], [12.84])
     (pause,) = fit_pauses(fit_phase, epochs, [d], own).values()
     assert pause["t"] == pytest.approx(12.84) and pause["seconds"] == pytest.approx(1.06, abs=1e-3)
+    assert pause["ends"] == pytest.approx(13.9)
     # Not the tool's: a step with no stop in it, as long, is a pause from its own begin.
     (plain,) = fit_pauses(fit_phase, epochs, [d]).values()
     assert plain["t"] == pytest.approx(10.0) and plain["seconds"] == pytest.approx(3.9, abs=1e-3)
+    # A step with the tool's work in its middle (an excursion): its parts either side, from its begin to its end.
+    d = digest([0.05] * 200 + [1.3] + [0.05] * 100, start=0.0)
+    shorter = replace(fit_phase, end=16.3), [replace(epochs[0], end=16.3)]
+    (split,) = fit_pauses(*shorter, [d], [(10.01, 10.21)]).values()
+    assert (split["t"], split["ends"]) == (10.0, 11.3) and split["seconds"] == pytest.approx(1.1, abs=1e-3)
 
 
 def test_a_pause_after_the_last_step_before_fit_returns_is_a_stall_and_not_idle_cores():
@@ -422,7 +428,7 @@ def test_a_pause_after_the_last_step_before_fit_returns_is_a_stall_and_not_idle_
     validation = Phase(name="validation", kind="evaluate", start=5.0, end=6.0, parent=1)
     d = digest([0.01] * 500, start=0.0)  # the last step ends at 5.0 s; fit returns at 25 s
     found = stalls(fit_phase, epochs, [d], nested=[epochs[0], validation])
-    assert found.evidence["stalls"] == [{"t": 6.0, "seconds": 19.0, "epoch": "fit", "at_epoch_start": False,
+    assert found.evidence["stalls"] == [{"t": 6.0, "seconds": 19.0, "ends": 25.0, "epoch": "fit", "at_epoch_start": False,
                                         "after_last_step": True}]
     assert found.title.endswith("after its last step, before fit returned at 6.0 s") and "on_train_end" in found.fix
     # A single pause is low however long (76% of the fit here): one pause is no pattern, and TensorFlow's

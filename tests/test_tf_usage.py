@@ -99,15 +99,28 @@ def test_compute_probe_runs_on_the_shapes_of_real_batches(store_path, tg_cmd, tm
     assert median > 0 and probe["shapes"][0] == truth["batch_shape"]
     # The profiler's own stop and the A/B's excursions are not stalls (other pauses of this 2-core VM may be).
     found = {f.id: f for f in report.findings}
-    # The probe's event is sent as its stop ends; the step that stopped it goes on after that, the job's (seen
-    # beside another test: 1.06 s more, a stall of the VM's moment that begins there).
-    own = [(e.t - (e.data.get("stop_seconds") or 0.0) - 0.05, e.t) for e in report.events
+    # The probe's event is sent as its stop ends (the step that stopped it goes on after that, the job's: seen
+    # beside another test, 1.06 s more, a stall of the VM's moment that begins there).
+    own = [(e.t - (e.data.get("stop_seconds") or 0.0), e.t) for e in report.events
            if e.kind == "input_probe" and e.data.get("step_seconds")]
     own += [(e.t - a, e.t - b) for e in report.events if e.kind == "input_ab" for a, b in e.data.get("excursions_before", [])]
-    # (A stall that ends as an excursion begins, within 10 ms, does not hold it: seen once, an epoch start of
-    # 2.3 s, the job's own, ending 0.4 ms into the next excursion's first clock read.)
+    # A stall begins outside them (nor just before the probe's stop, in the step that holds it), and its seconds
+    # leave out what of them falls between its begin and end; 10 ms of slack (an epoch start of 2.3 s, the job's
+    # own, once ended 0.4 ms into the next excursion's first clock read).
     for stall in found["stalls"].evidence["stalls"] if "stalls" in found else []:
-        assert not any(a + 0.01 < stall["t"] + stall["seconds"] and stall["t"] < b - 0.01 for a, b in own), (stall, own)
+        begin, end = stall["t"], stall["ends"]
+        assert not any(a - 0.05 < begin < b - 0.01 for a, b in own), (stall, own)
+        assert stall["seconds"] <= end - begin - seconds_within(own, begin, end) + 0.01, (stall, own)
+
+
+def seconds_within(spans: list[tuple[float, float]], begin: float, end: float) -> float:
+    """The seconds of ``spans`` (which may overlap) between ``begin`` and ``end``."""
+    covered, at = 0.0, begin
+    for a, b in sorted(spans):
+        a, b = max(a, at), min(b, end)
+        if b > a:
+            covered, at = covered + b - a, b
+    return covered
 
 
 def others_busy(samples) -> float:

@@ -115,9 +115,10 @@ def fit_pauses(fit: Phase | None, epochs: list[Phase], digests: list[StepDigest]
 
     def keep(outside: list[tuple[float, float]], where: dict) -> None:
         """A pause of these parts: it begins where the first begins (after any of the tool's own work
-        that opened it: a profiler's stop inside the step, an excursion at the epoch's start)."""
+        that opened it: a profiler's stop inside the step, an excursion at the epoch's start) and ends
+        where the last ends (``ends``); its ``seconds`` are theirs, the tool's work between them left out."""
         begin = round(outside[0][0], 3)
-        found[begin] = {"t": begin, "seconds": round(_seconds(outside), 3), **where}
+        found[begin] = {"t": begin, "seconds": round(_seconds(outside), 3), "ends": round(outside[-1][1], 3), **where}
         spans[begin] = outside
 
     for epoch in epochs[1:]:  # the first epoch's start is the fit's start-up
