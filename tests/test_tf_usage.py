@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import needs_tf
 
-from tensorgauge.analyse.diagnose import SMALL_STEP_UNTRIED_SECONDS, SPE_MIN_GAIN
-from tensorgauge.analyse.phases import main_fit
+from tensorgauge.analyse.diagnose import SMALL_STEP_UNTRIED_SECONDS, SPE_MIN_GAIN, spe_gain
+from tensorgauge.analyse.phases import main_fit, seconds_outside
 from tensorgauge.analyse.run_report import RunReport
 from tensorgauge.hook.protocol import SMALL_STEP_SECONDS
 from tensorgauge.store import Store
@@ -113,17 +113,7 @@ def test_compute_probe_runs_on_the_shapes_of_real_batches(store_path, tg_cmd, tm
     for stall in found["stalls"].evidence["stalls"] if "stalls" in found else []:
         begin, end = stall["t"], stall["ends"]
         assert not any(a - 0.05 < begin < b - 0.01 for a, b in own), (stall, own)
-        assert stall["seconds"] <= end - begin - seconds_within(own, begin, end) + 0.01, (stall, own)
-
-
-def seconds_within(spans: list[tuple[float, float]], begin: float, end: float) -> float:
-    """The seconds of ``spans`` (which may overlap) between ``begin`` and ``end``."""
-    covered, at = 0.0, begin
-    for a, b in sorted(spans):
-        a, b = max(a, at), min(b, end)
-        if b > a:
-            covered, at = covered + b - a, b
-    return covered
+        assert stall["seconds"] <= seconds_outside(begin, end - begin, own) + 0.01, (stall, own)
 
 
 def others_busy(samples) -> float:
@@ -185,8 +175,7 @@ def test_tiny_steps_get_the_measured_gain_of_steps_per_execution(store_path, tg_
     report = RunReport.load(Store.open(store_path), "last")
     (trial,) = [e.data for e in report.events if e.kind == "spe_probe"]
     assert trial["steps_per_execution"] == 32 and trial["single_step_seconds"] and trial["multi_call_seconds"]
-    single = statistics.median(trial["single_step_seconds"])
-    multi = statistics.median(trial["multi_call_seconds"]) / 32
+    single, multi, _ = spe_gain(trial)
     # The ~1 ms steps are told small under 5 ms a step where the trial gained (both: the machine's moment).
     if main_fit(report.phases).step_seconds_p50 < SMALL_STEP_SECONDS and single / multi >= SPE_MIN_GAIN:
         finding = {f.id: f for f in report.findings}["small_batch"]
