@@ -36,6 +36,8 @@ class LinesExporter:
     def observe(self, sample, events):
         if sample is not None:
             self.lines.append({"t": sample.t, "rss_bytes": sample.rss_bytes})
+            with open(self.path + ".seen", "a") as seen:  # for the job, which waits for two
+                seen.write("sample\\n")
 
     def conclude(self, report):
         self.lines.append({"phases": len(report["phases"]), "exit_code": report["exit_code"]})
@@ -65,9 +67,13 @@ def test_an_exporter_of_another_package_runs_through_its_entry_point(tmp_path):
     _install_plugin(site)
     out = tmp_path / "lines.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO)])}
+    # The job runs until the exporter has seen two samples (a loaded machine can take longer than a short
+    # job to start sampling it), then exits 3; at most a minute.
+    job = (f"import pathlib, time\nseen, end = pathlib.Path({str(out) + '.seen'!r}), time.time() + 60\n"
+           "while time.time() < end and len(seen.read_text().splitlines() if seen.exists() else []) < 2:\n"
+           "    time.sleep(0.05)\nraise SystemExit(3)\n")
     done = subprocess.run([sys.executable, "-m", "tensorgauge", "run", "--store", str(tmp_path / "runs.db"),
-                           "--no-hook", "--lines", str(out), "--", sys.executable, "-c",
-                           "import time; time.sleep(0.6); raise SystemExit(3)"],
+                           "--no-hook", "--lines", str(out), "--", sys.executable, "-c", job],
                           env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 3, done.stderr
     assert f"tensorgauge: lines to {out}" in done.stderr
