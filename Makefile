@@ -37,38 +37,15 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.installed-demo
 	$(BIN)/tensorgauge demo
 
-# The suite runs in as many processes as the idle cores allow, at most two (scripts/test-workers; TEST_WORKERS=N
-# sets it), each taking the next test as it is free (pytest-xdist: --dist loadgroup sends one test at a time),
-# the longest first (tests/durations.json; make test-durations writes it). Tests marked `alone` (which time parts
-# of one job against each other on a quiet machine) run last, in one process. Types (mypy) and the docs
-# (mkdocs --strict) are checked beside the first phase at the lowest priority, in the cores it leaves idle
-# (a fifth of them). Bytecode is kept (__pycache__, ignored by git) even where PYTHONDONTWRITEBYTECODE is set:
-# each process's collection rewrites the tests' asserts, 7 s of every start without it. PostgreSQL tests run
-# against a throwaway server on 127.0.0.1 (skipped, with the reason, without one).
+# The suite's parts run in processes beside each other, as many as the idle cores allow (scripts/test-suite
+# says how; TEST_WORKERS=N sets the number of processes for the tests that compute). Bytecode is kept
+# (__pycache__, ignored by git) even where PYTHONDONTWRITEBYTECODE is set: each process's collection rewrites
+# the tests' asserts, 7 s of every start without it.
 test: export PYTHONDONTWRITEBYTECODE :=
 test: export TENSORGAUGE_TEST_JAX_PATH := $(CURDIR)/$(JAX_APART)
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check tensorgauge tests benchmarks
-	url=$$(scripts/postgres-for-tests start || true); \
-	workers=$${TEST_WORKERS:-auto}; [ "$$workers" = auto ] && workers=$$($(BIN)/python scripts/test-workers); \
-	echo "pytest in $$workers process(es); mypy and the docs beside it"; \
-	export TENSORGAUGE_TEST_POSTGRES=$$url; \
-	checks=$$(mktemp -d); \
-	( nice -n 19 $(BIN)/mypy > $$checks/mypy 2>&1; echo $$? > $$checks/mypy.rc ) & \
-	( nice -n 19 $(MAKE) --no-print-directory docs > $$checks/docs 2>&1; echo $$? > $$checks/docs.rc ) & \
-	if [ "$$workers" -gt 1 ]; then \
-	  $(BIN)/python -m pytest -q --durations=15 -n $$workers --dist loadgroup -m "not alone"; status=$$?; \
-	else \
-	  $(BIN)/python -m pytest -q --durations=15 -n 1 -m "not alone"; status=$$?; \
-	fi; \
-	wait; \
-	for check in mypy docs; do \
-	  echo "$$check:"; tail -n 20 $$checks/$$check; [ "$$(cat $$checks/$$check.rc)" = 0 ] || status=1; \
-	done; rm -rf $$checks; \
-	echo "pytest: the tests marked alone, in one process (exit 5: none is)"; \
-	$(BIN)/python -m pytest -q --durations=5 -m alone $$(grep -l "mark.alone" tests/test_*.py); alone=$$?; \
-	[ $$alone -eq 0 ] || [ $$alone -eq 5 ] || status=1; \
-	scripts/postgres-for-tests stop; exit $$status
+	$(BIN)/python scripts/test-suite
 
 # tests/durations.json, by which the suite orders its tests (the longest first), from a run of the whole suite.
 test-durations: export PYTHONDONTWRITEBYTECODE :=

@@ -123,19 +123,19 @@ POSTGRES_ENV = "TENSORGAUGE_TEST_POSTGRES"
 
 
 @pytest.fixture
-def postgres_url():
+def postgres_url(request):
     """A PostgreSQL store URL ('make test' starts a server: scripts/postgres-for-tests)."""
     import os
 
     url = os.environ.get(POSTGRES_ENV)
     if not url:
         pytest.skip(f"no PostgreSQL server: set {POSTGRES_ENV} (make test starts one)")
-    return _worker_database(url, os.environ.get("PYTEST_XDIST_WORKER"))
+    return _worker_database(url, os.environ.get("PYTEST_XDIST_WORKER") or request.config.getoption("--suite-part"))
 
 
 def _worker_database(url: str, worker: str | None) -> str:
-    """``url`` with a database of the pytest-xdist worker's own (made on first use), so that tests run in
-    parallel do not read each other's runs."""
+    """``url`` with a database of the pytest-xdist worker's own, or the suite part's (made on first use), so
+    that tests run in parallel do not read each other's runs."""
     if not worker:
         return url
     import psycopg

@@ -1,8 +1,9 @@
 """The suite's order, for ``make test``'s two processes (pytest-xdist, one test at a time): the tests of a
 second or more first, the longest first, those that mostly wait (for a process, a server) spread among
-those that compute, then the short ones. The seconds come from :data:`DURATIONS`, which
-``--store-durations`` (``make test-durations``) updates from a run. Its hooks are pytest's, re-exported by
-``conftest.py``."""
+those that compute, then the short ones; and its parts (``--suite-part``), which ``make test`` runs in
+processes of their own beside each other (scripts/test-suite). The seconds come from :data:`DURATIONS`,
+which ``--store-durations`` (``make test-durations``) updates from a run. Its hooks are pytest's,
+re-exported by ``conftest.py``."""
 
 import json
 from pathlib import Path
@@ -13,12 +14,19 @@ DURATIONS = Path(__file__).parent / "durations.json"  # {test: [wall seconds, CP
 UNTIMED_TF_SECONDS = 10.0  # what a real TensorFlow job's test not in it is expected to take
 WAITING_CPU_SHARE = 0.5  # a test whose CPU is under this share of its wall time mostly waits (a process, a server)
 CPU_BEGAN = pytest.StashKey[float]()
+PARTS = {
+    "computing": "the tests of modules that run TensorFlow, and those of a second or more that compute",
+    "waiting": "the tests of a second or more that mostly wait, of modules that run no TensorFlow",
+    "short": "the tests under a second, of modules that run no TensorFlow",
+}
 
 
 def pytest_addoption(parser):
     parser.addoption("--store-durations", action="store_true",
                      help=f"update {DURATIONS.name} with the tests run: the wall and CPU seconds of each of a second "
                           "or more (setup to teardown; the CPU its processes used), by which later runs order the tests")
+    parser.addoption("--suite-part", choices=sorted(PARTS),
+                     help="run one part of the suite alone: " + "; ".join(f"{name}: {what}" for name, what in PARTS.items()))
 
 
 def _interleaved(first: list, second: list, seconds) -> list:
@@ -55,6 +63,16 @@ def pytest_collection_modifyitems(config, items):
     long = sorted((item for item in items if wall(item) >= 1), key=lambda item: -wall(item))
     short = [item for item in items if wall(item) < 1]
     items[:] = _interleaved([i for i in long if not waits(i)], [i for i in long if waits(i)], wall) + short
+    if part := config.getoption("--suite-part"):
+        with_tensorflow = {item.module.__name__ for item in items if item.get_closest_marker("tf")}
+
+        def part_of(item) -> str:
+            if item.module.__name__ in with_tensorflow:  # its module's fixtures may record a job: made once, there
+                return "computing"
+            return "short" if wall(item) < 1 else "waiting" if waits(item) else "computing"
+
+        config.hook.pytest_deselected(items=[item for item in items if part_of(item) != part])
+        items[:] = [item for item in items if part_of(item) == part]
 
 
 def _cpu_seconds() -> float:

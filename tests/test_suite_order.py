@@ -58,3 +58,31 @@ def test_store_durations_writes_the_tests_run_and_orders_by_them(tmp_path):
                                                          "test_three.py::test_computes_less": [1, 1]}))
     order = [line.split("::")[1] for line in pytest("--collect-only").splitlines() if "::" in line]
     assert order == ["test_computes", "test_waits", "test_computes_less", "test_quick"]
+
+
+def test_each_test_is_in_one_part_and_a_modules_tensorflow_keeps_it_whole(tmp_path):
+    """--suite-part splits a suite of its own by the durations it is given: a module with a TensorFlow test
+    is computing whole (its fixtures may record a job, made once there), a test of a second or more that
+    mostly waits is waiting, one that computes is computing, the rest short; every test in one part."""
+    (tmp_path / "suite_order.py").write_text((HERE / "suite_order.py").read_text())
+    (tmp_path / "conftest.py").write_text("from suite_order import *  # noqa: F403\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    tf: runs TensorFlow\n")
+    (tmp_path / "test_fits.py").write_text("import pytest\n"
+                                           "@pytest.mark.tf\ndef test_fit(): pass\n"
+                                           "def test_reads_the_fit(): pass\n")
+    (tmp_path / "test_plain.py").write_text("def test_waits(): pass\ndef test_computes(): pass\n"
+                                            "def test_quick(): pass\n")
+    (tmp_path / "durations.json").write_text(json.dumps({"test_plain.py::test_waits": [4, 1],
+                                                         "test_plain.py::test_computes": [3, 3],
+                                                         "test_fits.py::test_fit": [6, 5]}))
+
+    def part(name: str) -> set[str]:
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:tensorgauge",
+                               "--collect-only", "--suite-part", name, str(tmp_path)], capture_output=True, text=True,
+                              cwd=tmp_path, timeout=120)
+        assert done.returncode in (0, 5), done.stdout[-2000:] + done.stderr[-2000:]
+        return {line.split("::")[1] for line in done.stdout.splitlines() if "::" in line}
+
+    assert part("computing") == {"test_fit", "test_reads_the_fit", "test_computes"}
+    assert part("waiting") == {"test_waits"}
+    assert part("short") == {"test_quick"}

@@ -11,7 +11,7 @@ from conftest import needs_tf
 from tensorgauge.analyse.run_report import RunReport
 from tensorgauge.store import Store
 
-pytestmark = [needs_tf, pytest.mark.tf, pytest.mark.alone]  # shares of a pipeline's wall time
+pytestmark = [needs_tf, pytest.mark.tf, pytest.mark.apart]  # shares of a pipeline's wall time
 JOB = Path(__file__).parent / "jobs" / "staged_input.py"
 # The costly map does 10 units of work to each cheap one's one: 0.83-0.91 of the pipeline. Beside a one-core CPU
 # hog a cheap stage's time doubled or tripled in some runs (custom loop: 0.63-0.81): asserted to take the most.
