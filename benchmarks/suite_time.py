@@ -3,6 +3,7 @@ the CPU of the process and the children it waited for), and the machine's busy c
 
     .venv/bin/python benchmarks/suite_time.py [-- COMMAND...]      # COMMAND: make test, by default
 
+The command's output goes to build/suite_time.log.
 A plugin of its own (on PYTHONPATH, named by PYTEST_PLUGINS, so every pytest process loads it) writes a
 line per test; /proc/stat is read once a second. Nothing else should run beside it.
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 
 COMMAND = sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else ["make", "test"]
 BUCKET_SECONDS = 20
+OUTPUT = Path(__file__).resolve().parent.parent / "build" / "suite_time.log"
 PLUGIN = '''
 import json, os, resource, time
 import pytest
@@ -71,12 +73,14 @@ def main() -> None:
         sampler = threading.Thread(target=machine_busy, args=(busy, stop), daemon=True)
         sampler.start()
         began, cpu = time.time(), resource.getrusage(resource.RUSAGE_CHILDREN)
-        code = subprocess.run(COMMAND, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT).returncode
+        OUTPUT.parent.mkdir(exist_ok=True)
+        with open(OUTPUT, "w") as output:
+            code = subprocess.run(COMMAND, env=env, stdout=output, stderr=subprocess.STDOUT).returncode
         wall, after = time.time() - began, resource.getrusage(resource.RUSAGE_CHILDREN)
         stop.set()
         tests = [json.loads(line) for path in log.glob("*.jsonl") for line in path.read_text().splitlines()]
     print(f"{' '.join(COMMAND)}: exit {code}, {wall:.0f} s, CPU {after.ru_utime - cpu.ru_utime:.0f} s user + "
-          f"{after.ru_stime - cpu.ru_stime:.0f} s system")
+          f"{after.ru_stime - cpu.ru_stime:.0f} s system (its output: {OUTPUT})")
     processes = collections.defaultdict(list)
     for test in tests:
         processes[test["process"]].append(test)
