@@ -109,3 +109,18 @@ def test_a_custom_loops_pairs_carry_an_interval_and_straddling_it_is_within_nois
     tight = [[0.00103, 0.001, i % 2] for i in range(40)]
     quiet = loop_verdict({"steps": 101, "step_seconds_total": 1.0, "next_pairs": tight})
     assert quiet["input_share_interval"][1] < 0.05 and quiet["verdict"].startswith("no input cost")
+
+
+def test_a_custom_loops_pairs_establish_a_cost_only_where_their_interval_clears_the_threshold():
+    from tensorgauge.analyse.input_split import loop_verdict
+    # next() a median 0.6 ms slower than on the cached batch on a 10 ms step (6%), in either order, but the
+    # pairs scattered by a neighbour's bursts (0 to 1.5 ms extra): the interval straddles 5%, so no finding.
+    scatter = [0.0, 0.0006, 0.0006, 0.0006, 0.0007, 0.0005, 0.0, 0.0015] * 2
+    bursty = [[0.001 + extra, 0.001, order] for order in (0, 1) for extra in scatter]
+    verdict = loop_verdict({"steps": 101, "step_seconds_total": 1.0, "next_pairs": bursty})
+    assert verdict["input_share"] >= 0.05 > verdict["input_share_interval"][0]
+    assert not verdict["established"] and verdict["verdict"].startswith("within noise")
+    # A map that makes every next() 3 ms slower: established, its interval well clear of 5%.
+    slow = [[0.004 + (0.0002 if i % 3 else -0.0002), 0.001, i % 2] for i in range(32)]
+    found = loop_verdict({"steps": 101, "step_seconds_total": 1.0, "next_pairs": slow})
+    assert found["established"] and found["input_share_interval"][0] >= 0.05
