@@ -51,7 +51,6 @@ def test_a_monitor_killed_as_the_job_starts_takes_the_jobs_first_fork_with_it(tg
         started_by = time.monotonic() + 60
         while not (pids.exists() and pids.read_text().strip()) and time.monotonic() < started_by:
             time.sleep(0.01)
-        assert pids.exists(), "the job did not start within 60 s"
     else:
         time.sleep(delay)
     monitor.send_signal(signal.SIGKILL)
@@ -59,6 +58,7 @@ def test_a_monitor_killed_as_the_job_starts_takes_the_jobs_first_fork_with_it(tg
     killed_at = time.monotonic()
     time.sleep(0.3)  # a job still being started writes its file now
     if not pids.exists() or not pids.read_text().strip():
+        assert delay is not None, "the job did not start within 60 s"
         pytest.skip(f"the monitor was killed {delay} s in, before it started the job")
     child = int(pids.read_text())
     while alive(child) and time.monotonic() - killed_at < 1.5:
