@@ -16,9 +16,12 @@ def test_plain_shows_every_control_character():
 
 
 def test_a_hostile_name_phase_and_argument_print_as_text(store_path, capsys):
+    """A name with control characters is refused (one line each); its markup, a phase's and an argument's
+    control characters and markup are shown as text."""
     job = ("import tensorgauge, sys\n"
            f"with tensorgauge.phase({HOSTILE!r}):\n    pass\n")
-    assert main(["run", "--name", HOSTILE, "--", sys.executable, "-c", job, HOSTILE]) == 0
+    assert main(["run", "--name", HOSTILE, "--", sys.executable, "-c", job]) == 2
+    assert main(["run", "--name", "[bold red]x[/]", "--", sys.executable, "-c", job, HOSTILE]) == 0
     capsys.readouterr()
     for command in (["show", "last"], ["runs"], ["show", HOSTILE + "nope"]):
         main(command)

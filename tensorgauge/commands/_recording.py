@@ -55,6 +55,8 @@ class RecordOptions(RunOptions):
 def _check_checkpoint_dir(folder: str) -> None:
     """The folder a budget stop writes its checkpoint to can be made and written."""
     path = Path(folder).expanduser()
+    if path.exists() and not path.is_dir():
+        raise TensorgaugeError(f"--checkpoint: {safe(folder)} is a file, not a folder: give a folder for the checkpoint")
     try:
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as exc:
@@ -200,8 +202,11 @@ def _record(command: list[str], options: RecordOptions, budget, outputs: _Output
     from tensorgauge.monitoring.runner import run
 
     output = _live_view(options, outputs, err)
-    if options.checkpoint and budget is not None and budget.max_memory_bytes is not None:
-        _check_checkpoint_dir(options.checkpoint)  # now (before anything is made), not when the budget fires
+    if options.checkpoint:  # now (before anything is made), not when the budget fires
+        _check_checkpoint_dir(options.checkpoint)
+        if (budget is None or budget.max_memory_bytes is None) and not options.quiet:
+            _say(err(), "tensorgauge: note: --checkpoint is where a memory budget's stop saves; without --max-memory "
+                 "nothing is saved there")
     with open_store(options.store, recording=True) as store:  # closed however the run ends
         if store.read_only:  # before the job starts: every sample would be lost
             raise TensorgaugeError(f"cannot record into {safe(store.location)}: it is read-only (a read-only file, "
@@ -247,7 +252,7 @@ def _conclude(store, result, options: RecordOptions, outputs: _Outputs, err):
     document["exports"] = exports
     if options.json_path:
         try:
-            write_json(document, options.json_path)
+            write_json(document, options.json_path, options.store)
         except TensorgaugeError as exc:
             _say(err(), f"tensorgauge: warning: {safe(str(exc))} (the run is stored: tensorgauge show "
                       f"{run_id} --json)", markup=False)

@@ -152,16 +152,19 @@ class CommandStore:
             self._store = None
 
 
-def write_text(text: str, destination: str) -> None:
-    """``text`` to stdout (``-``) or a file; an unwritable file is one line."""
+def write_text(text: str, destination: str, store_location: str | None = None) -> None:
+    """``text`` to stdout (``-``) or a file, checked as :func:`check_output` checks it (never the store, never
+    through a link, never over another user's file); an unwritable file is one line."""
     from tensorgauge.render.text import printable
+    from tensorgauge.store.private import write_own_file
 
     text = printable(text)  # a name or argument that was not UTF-8 must not stop the write half-way
     if destination == "-":
         sys.stdout.write(text + "\n")
         return
+    check_output(destination, store_location)
     try:
-        Path(destination).write_bytes((text + "\n").encode("utf-8"))
+        write_own_file(Path(destination).expanduser(), (text + "\n").encode("utf-8"), "cannot write")
     except OSError as exc:
         raise TensorgaugeError(f"cannot write {destination}: {exc.strerror}") from None
 
@@ -171,6 +174,7 @@ def check_output(destination: str, store_location: str | None = None) -> None:
     if destination == "-":
         return
     from tensorgauge.store import default_store_path, is_url
+    from tensorgauge.store.private import writable_target
 
     path = Path(destination).expanduser()
     store = str(store_location or default_store_path())
@@ -179,8 +183,7 @@ def check_output(destination: str, store_location: str | None = None) -> None:
             own = store + suffix
             if os.path.realpath(path) == os.path.realpath(own) or _same_file(path, own):
                 raise TensorgaugeError(f"{destination} is the run store itself: write somewhere else")
-    if path.is_dir():
-        raise TensorgaugeError(f"cannot write {destination}: it is a directory")
+    writable_target(path, "cannot write")
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise TensorgaugeError(f"cannot write {destination}: no folder {folder}")
@@ -196,8 +199,8 @@ def _same_file(a: Path | str, b: Path | str) -> bool:
         return False
 
 
-def write_json(document: dict[str, Any], destination: str) -> None:
-    write_text(json.dumps(document, indent=2, default=str), destination)
+def write_json(document: dict[str, Any], destination: str, store_location: str | None = None) -> None:
+    write_text(json.dumps(document, indent=2, default=str), destination, store_location)
 
 
 def analyse_bundle(bundle, where: str):

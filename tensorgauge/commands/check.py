@@ -85,11 +85,11 @@ def check(store: str | None, run: str, against: str, max_slower: str | None = No
                                "predict with steps, nor CPU or memory figures")
     rendered = FORMATS[output_format](result)
     if output:
-        write_text(rendered, output)
+        write_text(rendered, output, store)
     else:
         print(rendered, end="")
     if json_path:
-        write_text(json.dumps(result.to_dict(), indent=2), json_path)
+        write_text(json.dumps(result.to_dict(), indent=2), json_path, store)
     return 0 if result.passed else 1
 
 

@@ -21,7 +21,7 @@ def compare(store: str | None, a: str | None, b: str | None, json_path: str | No
     with CommandStore(store) as stores:
         comparison = compare_sides(load_side(stores, a), load_side(stores, b))
     if json_path:
-        write_text(json.dumps(comparison.to_dict(), indent=2), json_path)
+        write_text(json.dumps(comparison.to_dict(), indent=2), json_path, store)
         return 0
     render_compare(console(), comparison)
     return 0
@@ -43,7 +43,7 @@ def _compare_job(store: str | None, job: str, json_path: str | None, show_all: b
     if json_path:
         write_text(json.dumps({"schema": "tensorgauge.job/1", "job": job, "workers": [w.to_dict() for w in rows],
                                "spread": spread(rows).to_dict(),
-                               "findings": [finding.to_dict()] if finding else []}, indent=2), json_path)
+                               "findings": [finding.to_dict()] if finding else []}, indent=2), json_path, store)
         return 0
     render_job(console(), job, rows, finding, show_all)
     return 0

@@ -41,7 +41,7 @@ def report(store: str | None, refs: list[str], output: str, start: float | None 
         from tensorgauge.analyse.compare import compare
 
         page = comparison_page(sides[0], sides[1], compare(*sides))
-    write_text(page, output)
+    write_text(page, output, store)
     if output != "-":
         print(f"report: {plain(output)}")
     return 0

@@ -13,7 +13,7 @@ from tensorgauge.commands._recording import RecordOptions, record
 from tensorgauge.commands._shared import console, grace_seconds, open_store, progress_printer, write_text
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.live.exporters import registered
-from tensorgauge.monitoring.limits import interval_option
+from tensorgauge.monitoring.limits import interval_option, run_name_option
 
 BACKENDS = ("tensorflow", "jax", "torch")
 
@@ -122,7 +122,8 @@ def _backends(command: list[str], options: RecordOptions, text: str) -> int:
     if options.json_path:
         write_text(json.dumps({"schema": "tensorgauge.backends/1",
                                "runs": [{"backend": b, "exit_code": code, "run_id": run_id} for b, code, run_id in runs],
-                               "comparisons": [c.to_dict() for c in comparisons]}, indent=2), options.json_path)
+                               "comparisons": [c.to_dict() for c in comparisons]}, indent=2), options.json_path,
+                   options.store)
     return failed[0][1] if failed else 0
 
 
@@ -136,7 +137,7 @@ def _try_fixes(command: list[str], options: RecordOptions) -> int:
         trials = try_fixes(command, store, progress=progress_printer())
     render_trials(console(), trials)
     if options.json_path:
-        write_text(json.dumps(trials.to_dict(), indent=2), options.json_path)
+        write_text(json.dumps(trials.to_dict(), indent=2), options.json_path, options.store)
     return 0
 
 
@@ -212,7 +213,7 @@ USES_STORE = True
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of ``tensorgauge run``."""
     p.add_argument("--interval", type=interval_option, default=0.1, metavar="S", help="seconds between samples (0.1)")
-    p.add_argument("--name", help="a name for the run (usable wherever a run id is)")
+    p.add_argument("--name", type=run_name_option, help="a name for the run (usable wherever a run id is)")
     p.add_argument("--json", metavar="PATH", help="also write the run's report as JSON (- for stdout)")
     p.add_argument("--no-hook", action="store_true", help="record from outside only: no phases")
     diagnosis = p.add_mutually_exclusive_group()

@@ -28,13 +28,13 @@ def show(store: str | None, ref: str, json_path: str | None = None, start: float
             samples = runs.samples(report.record.run_id, first, last, max_bytes=WINDOW_MAX_BYTES)
             if json_path:
                 write_json({"run_id": report.record.run_id, "from_seconds": first, "to_seconds": last,
-                            "samples": [s.to_dict() for s in samples]}, json_path)
+                            "samples": [s.to_dict() for s in samples]}, json_path, store)
                 if json_path == "-":
                     return 0
             render_window(console(), report, samples, first, last)
             return 0
         if json_path:
-            write_json(report.to_dict(), json_path)
+            write_json(report.to_dict(), json_path, store)
             if json_path == "-":
                 return 0
         render_run(console(), report)

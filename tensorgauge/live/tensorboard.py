@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.hook.protocol import PhaseBegin
 from tensorgauge.live.state import LiveState
 from tensorgauge.model import Event, RunRecord, Sample, payloads, shown_metrics
+from tensorgauge.store.private import check_own
 
 SUBDIR = "tensorgauge"
 WRITE_SECONDS = 1.0
@@ -39,6 +41,8 @@ class TensorBoardWriter:
             os.makedirs(path, exist_ok=True)
         except OSError as exc:
             raise TensorgaugeError(f"cannot create {path}: {exc.strerror}") from None
+        check_own(Path(path), "--tensorboard:", "the run's event files would be theirs to read or replace; give a "
+                  "log folder of your own")
         self.writer = EventFileWriter(path, flush_secs=5)
         self.state = LiveState()
         self.wall_t0 = time.time() if wall_t0 is None else wall_t0  # wall clock at the run's t = 0

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from tensorgauge.hook import install as install_hook
 from tensorgauge.hook.channel import Channel, process_cpu_seconds, set_channel
 from tensorgauge.hook.protocol import DIAGNOSE_ENV, diagnosis_mode
-from tensorgauge.monitoring.limits import check_interval
+from tensorgauge.monitoring.limits import check_interval, check_run_name
 from tensorgauge.monitoring.monitor import EXPORTER_CLOSE_SECONDS, Exporter, Sources
 from tensorgauge.monitoring.recording import Recording, new_record, new_run_id
 from tensorgauge.monitoring.run_files import RunFiles
@@ -35,7 +35,7 @@ class monitor:
                  exporters: Sequence[Exporter] = ()):
         """``exporters``: outputs of the live run (:class:`~.monitor.Exporter`; e.g.
         :class:`tensorgauge.testing.InMemoryExporter`), started with it and closed at its end."""
-        self.name, self.store_path, self.parent_run_id = name, store, parent_run_id
+        self.name, self.store_path, self.parent_run_id = check_run_name(name, "name"), store, parent_run_id
         self.exporters = list(exporters)
         self.interval_seconds = check_interval(interval_seconds, "interval_seconds")
         self.sources = sources or Sources()

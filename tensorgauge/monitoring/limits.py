@@ -52,6 +52,25 @@ def check_interval(value: object, what: str = "--interval") -> float:
     return seconds
 
 
+_NAME_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def check_run_name(value: str | None, what: str = "--name") -> str | None:
+    """A run's name, checked alike for the CLI, the API and the notebook magic: one line of text, without
+    control characters (a newline split its row in ``runs``)."""
+    if value is not None and _NAME_CONTROL.search(value):
+        raise TensorgaugeError(f"{what}: a run's name is one line without control characters (tabs, newlines)")
+    return value
+
+
+def run_name_option(text: str) -> str:
+    """:func:`check_run_name` as an argparse type."""
+    try:
+        return check_run_name(text) or text
+    except TensorgaugeError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--name: ")) from None
+
+
 def interval_option(text: str) -> float:
     """:func:`check_interval` as an argparse type: the ``--interval`` of the CLI and of the notebook magic."""
     try:

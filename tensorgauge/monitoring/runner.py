@@ -41,7 +41,7 @@ from tensorgauge.model import Event, RunRecord, payloads
 from tensorgauge.monitoring.budget import BudgetWatch, kill_tree
 from tensorgauge.monitoring.guard import Guard
 from tensorgauge.monitoring.job_output import JobOutput
-from tensorgauge.monitoring.limits import Budget, check_interval
+from tensorgauge.monitoring.limits import Budget, check_interval, check_run_name
 from tensorgauge.monitoring.monitor import Monitor, Observer, Sources
 from tensorgauge.monitoring.options import STOP_GRACE_SECONDS, RunOptions
 from tensorgauge.monitoring.recording import Recording, new_record, new_run_id, now_iso, working_folder
@@ -166,6 +166,7 @@ def _start(command: list[str], options: RunOptions, sources: Sources, budget: Bu
     """The job started: its environment, its cgroup (with its caps) and its guardian made before it."""
     command = resolve_command(command)
     check_interval(options.interval_seconds, "interval_seconds")
+    check_run_name(options.name, "name")
     run_id = new_run_id()
     files = RunFiles(run_id)
     env = job_environment(files.events_path, run_id, options.hook)

@@ -36,7 +36,8 @@ def text(result: CheckResult) -> str:
 
 
 def _cell(value: str) -> str:
-    return plain(value).replace("|", "\\|").replace("\n", " ")
+    """``value`` as Markdown text: HTML (a run's name, a command) shown, never rendered."""
+    return plain(value).replace("&", "&amp;").replace("<", "&lt;").replace("|", "\\|").replace("\n", " ")
 
 
 def markdown(result: CheckResult) -> str:

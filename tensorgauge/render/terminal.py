@@ -15,7 +15,7 @@ from tensorgauge.analyse.run_report import RunReport
 from tensorgauge.hook.protocol import JobError
 from tensorgauge.model import Event, Finding, Phase, RunRecord, Sample, Summary, payloads, shown_metrics
 from tensorgauge.render.phase_columns import phase_columns
-from tensorgauge.render.text import safe, sampled_figures
+from tensorgauge.render.text import safe, safe_cell, sampled_figures
 from tensorgauge.render.verdict import account_lines, input_line, wall_seconds
 from tensorgauge.units import format_bytes, format_quantity, format_seconds
 
@@ -77,7 +77,8 @@ def render_runs(console: Console, listing: Listing | list[RunRecord], peaks: dic
         peak = peak or None
         cores = (r.cpu_seconds_total / r.wall_seconds
                  if r.cpu_seconds_total is not None and r.wall_seconds else None)
-        table.add_row(("└ " if depth else "") + safe(r.run_id), safe(r.name or ""), safe(command_text(r.command, 30)),
+        table.add_row(("└ " if depth else "") + safe_cell(r.run_id), safe_cell(r.name or ""),
+                      safe_cell(command_text(r.command, 30)),
                       safe(r.started_at[5:16].replace("T", " ")), format_seconds(r.wall_seconds), outcome(r),
                       format_bytes(peak), f"{cores:.2f}" if cores is not None else "-")
         if r.run_id in listing.folded:

@@ -25,11 +25,23 @@ def plain(value: object) -> str:
     return printable(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value)))
 
 
+def one_line(value: object) -> str:
+    """``value`` as :func:`plain` shows it, with tabs and newlines shown as ``\\xNN`` too: a table's cell."""
+    return plain(value).replace("\t", "\\x09").replace("\n", "\\x0a")
+
+
 def safe(value: object) -> str:
     """``value`` for a rich console: control characters shown, markup escaped."""
     from rich.markup import escape  # rich only where something is printed: a quiet run never loads it
 
     return escape(plain(value))
+
+
+def safe_cell(value: object) -> str:
+    """``value`` for one cell of a rich table: :func:`safe`, on one line."""
+    from rich.markup import escape
+
+    return escape(one_line(value))
 
 
 def sampled_figures(summary, leave_out: tuple[str, ...] = ()) -> str:

@@ -46,6 +46,7 @@ from tensorgauge.model import BUDGET_FIELDS, ENV_PARTS, GPU_LIMIT_FIELDS, Event,
 from tensorgauge.series import REQUIRED, SampleSeries
 from tensorgauge.steps import digest_steps
 from tensorgauge.store import chunks
+from tensorgauge.store.private import write_own_file
 from tensorgauge.units import format_bytes
 
 SCHEMA = "tensorgauge.bundle/2"
@@ -87,14 +88,14 @@ class Bundle:
             sys.stdout.write(text)
             return
         try:
-            Path(path).write_text(text)
+            write_own_file(Path(path).expanduser(), text.encode("utf-8"))
         except OSError as exc:
             raise TensorgaugeError(f"cannot write {path}: {exc.strerror}") from None
 
 
 def _check_run(run: Any) -> dict:
     check_record(RunRecord, run, "run")
-    if not RUN_ID.match(run["run_id"]):
+    if not RUN_ID.fullmatch(run["run_id"]):
         raise ValidationError("run.run_id is not a run id")
     for part, spec in ENV_PARTS.items():
         if run.get("env", {}).get(part) is not None:

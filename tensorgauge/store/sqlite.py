@@ -35,13 +35,8 @@ class SqliteBackend:
             raise StoreError(f"cannot open store {path}: {exc.strerror}") from None
         if info is not None and stat.S_ISDIR(info.st_mode):
             raise StoreError(f"store {path} is a directory, not a database file")
-        if create:  # recording: not into a store (or its -wal, -shm) another user made or can write
-            for part in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
-                try:
-                    check_own(part, "store", "runs recorded into it would be theirs to read and change; give a "
-                              "store of your own with --store")
-                except UntrustedPathError as exc:
-                    raise StoreError(str(exc)) from None
+        if create:
+            _check_recording_paths(path)
         if info is None:
             if not create:
                 raise StoreError(f"no run store at {path} (record a run with 'tensorgauge run')")
@@ -53,8 +48,8 @@ class SqliteBackend:
                 # Command lines may hold tokens: the store (and its -wal/-shm, which SQLite
                 # gives the same mode) is readable by its owner only.
                 os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
-            except FileExistsError:
-                pass
+            except FileExistsError:  # made by another monitor just now, or a link put there meanwhile
+                _check_recording_paths(path)
             except OSError as exc:
                 raise StoreError(f"cannot create the store {path}: {exc.strerror}") from None
         # SQLite writes its -wal and -shm files beside the store: a store in a read-only folder is read-only too.
@@ -149,6 +144,19 @@ class SqliteBackend:
 
     def close(self) -> None:
         self.conn.close()
+
+
+def _check_recording_paths(path: Path) -> None:
+    """Recording: not into a store (or its -wal, -shm) another user made or can write, nor one in a folder
+    another user owns or can write (they could move or replace it), nor through a link to nothing."""
+    own = "give a store of your own with --store or TENSORGAUGE_STORE"
+    try:
+        for part in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+            check_own(part, "store", f"runs recorded into it would be theirs to read and change; {own}")
+        check_own(Path(os.path.realpath(path)).parent, "the store's folder",
+                  f"they could move or replace the store; make the folder yours and private (chown, chmod 700), or {own}")
+    except UntrustedPathError as exc:
+        raise StoreError(str(exc)) from None
 
 
 def check_version(version: int, location: str) -> None:
