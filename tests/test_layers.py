@@ -11,7 +11,8 @@ ROOT = Path(tensorgauge.__file__).parent
 LAYERS = [
     ("hook",),  # in the job: the standard library and itself only
     ("scenarios", "bench"),  # jobs run as child processes: they import the hook at most
-    ("_version", "errors", "own_process", "units", "model", "checks", "series", "steps", "stage_shares"),
+    ("_version", "errors", "own_process", "redaction", "units", "model", "checks", "series", "steps",
+     "stage_shares"),
     ("sources",),
     ("store",),
     ("monitoring",),

@@ -83,7 +83,7 @@ BUILTIN: tuple[ExporterSpec, ...] = (
     ExporterSpec("otlp", "--otlp", "send live metrics and, at the end, the run's phases as one trace to an "
                  "OpenTelemetry Collector over OTLP/HTTP (default $OTEL_EXPORTER_OTLP_ENDPOINT or "
                  "http://127.0.0.1:4318)", _otlp, metavar="URL", bare="",
-                 start_message=lambda e: f"OpenTelemetry metrics and trace to {e.base_url} (OTLP/HTTP)"),
+                 start_message=lambda e: f"OpenTelemetry metrics and trace to {e.shown_url} (OTLP/HTTP)"),
 )
 
 

@@ -5,22 +5,26 @@ export; at its end one trace: a span for the run, one per phase (nested as the p
 the phase's figures as attributes and each finding as an event of the run's span.
 
 Resource attributes name the run, the host, and the job and worker (``TF_CONFIG``): a multi-worker
-job's traces join on ``tensorgauge.job``. A Collector that is gone never holds the job up: the
-metrics are exported on the SDK's own thread, every export gives up after
-:data:`EXPORT_TIMEOUT_SECONDS`, nothing queues up (the reader keeps only the current values; the
-trace is one export), and what was lost is counted in :attr:`OtlpExporter.dropped`."""
+job's traces join on ``tensorgauge.job``. A Collector that is gone, or slow, never holds the job or
+the run's end up: the metrics are exported on the SDK's own thread, every export ends within
+:data:`EXPORT_TIMEOUT_SECONDS` in all whatever the Collector sends (:mod:`.deadline_http`), nothing
+queues up (the reader keeps only the current values; the trace is one export), and what was lost is
+counted in :attr:`OtlpExporter.dropped`. The Collector's URL is shown with its secrets masked (a user
+part, query values), and so are the values of headers the SDK warns about (``OTEL_EXPORTER_OTLP_HEADERS``)."""
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from tensorgauge.errors import TensorgaugeError
 from tensorgauge.live.state import LiveState
 from tensorgauge.model import Event, RunRecord, Sample, shown_metrics
+from tensorgauge.redaction import UrlSecrets, redact_headers
 
 DEFAULT_URL = "http://127.0.0.1:4318"
 EXPORT_TIMEOUT_SECONDS = 2.0  # one export's bound, its retries included
@@ -28,6 +32,8 @@ METRIC_INTERVAL_SECONDS = 5.0  # between metric exports, unless OTEL_METRIC_EXPO
 PREFIX = "tensorgauge."
 # The SDK's exporters log each failed export; what was lost is told once, at the run's end, as a count.
 _QUIET_LOGGERS = ("opentelemetry.exporter", "opentelemetry.sdk.metrics._internal.export")
+_HEADERS_LOGGER = "opentelemetry.util.re"  # warns of each malformed OTEL_EXPORTER_OTLP_HEADERS entry, value and all
+URL_SECRETS = UrlSecrets()  # a Collector's user part may be a token, and any query value may be one
 
 
 def base_url(url: str | None) -> str:
@@ -35,8 +41,30 @@ def base_url(url: str | None) -> str:
     text = url or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or DEFAULT_URL
     parts = urlsplit(text)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise TensorgaugeError(f"--otlp wants a Collector's URL such as {DEFAULT_URL}, got {text!r}")
+        raise TensorgaugeError(f"--otlp wants a Collector's URL such as {DEFAULT_URL}, got "
+                               f"{URL_SECRETS.redact(text)!r}")
     return text.rstrip("/")
+
+
+def endpoint(base: str, signal_path: str) -> str:
+    """The URL a signal goes to: ``signal_path`` (``v1/metrics``) after the base URL's path, its query kept."""
+    parts = urlsplit(base)
+    return urlunsplit(parts._replace(path=f"{parts.path.rstrip('/')}/{signal_path}"))
+
+
+class _MaskedHeaders(logging.Filter):
+    """The SDK's warning about a malformed header, with the header's value masked."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(redact_headers(a) if isinstance(a, str) else a for a in record.args)
+        return True
+
+
+def _mask_header_warnings() -> None:
+    logger = logging.getLogger(_HEADERS_LOGGER)
+    if not any(isinstance(f, _MaskedHeaders) for f in logger.filters):
+        logger.addFilter(_MaskedHeaders())
 
 
 def _interval_millis() -> float:
@@ -68,23 +96,32 @@ class OtlpExporter:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         except ImportError:
             raise TensorgaugeError("--otlp needs the [otlp] extra: pip install 'tensorgauge[otlp]'") from None
+        from tensorgauge.live.deadline_http import deadline_session
+
         self.base_url = base_url(url)
+        self.shown_url = URL_SECRETS.redact(self.base_url)  # what messages say
         self.timeout_seconds = timeout_seconds
-        self._metric_exporter = OTLPMetricExporter(endpoint=f"{self.base_url}/v1/metrics", timeout=timeout_seconds)
-        self._span_exporter = OTLPSpanExporter(endpoint=f"{self.base_url}/v1/traces", timeout=timeout_seconds)
-        self.sent = 0  # exports the Collector took
-        self.dropped = 0  # exports that failed (and were not retried past their bound)
+        _mask_header_warnings()  # before the exporters read the headers
+        self._metric_exporter = OTLPMetricExporter(endpoint=endpoint(self.base_url, "v1/metrics"),
+                                                   timeout=timeout_seconds, session=deadline_session(timeout_seconds))
+        self._span_exporter = OTLPSpanExporter(endpoint=endpoint(self.base_url, "v1/traces"), timeout=timeout_seconds,
+                                               session=deadline_session(timeout_seconds))
+        self.count = ExportCount()
         self.record: RunRecord | None = None
         self.state = LiveState()  # the last sample, the steps so far
         self._provider: Any = None
         for name in _QUIET_LOGGERS:
             logging.getLogger(name).setLevel(logging.CRITICAL)
 
-    def _tally(self, ok: bool) -> None:
-        if ok:
-            self.sent += 1
-        else:
-            self.dropped += 1
+    @property
+    def sent(self) -> int:
+        """Exports the Collector took."""
+        return self.count.sent
+
+    @property
+    def dropped(self) -> int:
+        """Exports that failed, and those still under way when it was closed."""
+        return self.count.dropped
 
     def resource(self, record: RunRecord) -> Any:
         from opentelemetry.sdk.resources import Resource
@@ -103,7 +140,7 @@ class OtlpExporter:
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
         self.record = record
-        reader = PeriodicExportingMetricReader(_counted(self._metric_exporter, self._tally),
+        reader = PeriodicExportingMetricReader(_counted(self._metric_exporter, self.count),
                                                export_interval_millis=_interval_millis(),
                                                export_timeout_millis=self.timeout_seconds * 1000)
         self._provider = MeterProvider(resource=self.resource(record), metric_readers=[reader])
@@ -141,19 +178,52 @@ class OtlpExporter:
         if self.record is None:
             return
         spans = trace_spans(report, self.resource(self.record))
-        self._tally(self._span_exporter.export(spans).name == "SUCCESS")
+        self.count.started()
+        self.count.ended(self._span_exporter.export(spans).name == "SUCCESS")
 
     def close(self, timeout: float | None = None) -> None:
-        """The last metrics exported (within ``timeout``), the exporters shut."""
+        """The last metrics exported (within ``timeout``), the exporters shut, the count closed."""
         if self._provider is not None:
             bound = min(timeout, self.timeout_seconds) if timeout is not None else self.timeout_seconds
             self._provider.shutdown(timeout_millis=bound * 1000)
             self._provider = None
         self._span_exporter.shutdown()
+        self.count.close()
 
 
-def _counted(inner: Any, tally: Any) -> Any:
-    """``inner`` (a MetricExporter), each export's outcome told to ``tally(ok)``."""
+class ExportCount:
+    """Exports taken and dropped. Once closed (the run's count is told and stored), an export still under
+    way is dropped, and its outcome, come later, is not counted."""
+
+    def __init__(self) -> None:
+        self.sent = self.dropped = 0
+        self._under_way = 0
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def started(self) -> None:
+        with self._lock:
+            self._under_way += 1
+
+    def ended(self, ok: bool) -> None:
+        with self._lock:
+            self._under_way -= 1
+            if self._closed:
+                return
+            if ok:
+                self.sent += 1
+            else:
+                self.dropped += 1
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self.dropped += self._under_way
+                self._closed = True
+
+
+def _counted(inner: Any, count: ExportCount) -> Any:
+    """``inner`` (a MetricExporter), each export counted in ``count``."""
     from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
 
     class Counted(MetricExporter):
@@ -162,8 +232,12 @@ def _counted(inner: Any, tally: Any) -> Any:
                              preferred_aggregation=inner._preferred_aggregation)
 
         def export(self, metrics_data, timeout_millis: float = 10_000, **kwargs) -> MetricExportResult:
-            result = inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
-            tally(result == MetricExportResult.SUCCESS)
+            count.started()
+            result = MetricExportResult.FAILURE
+            try:
+                result = inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+            finally:
+                count.ended(result == MetricExportResult.SUCCESS)
             return result
 
         def force_flush(self, timeout_millis: float = 10_000) -> bool:
