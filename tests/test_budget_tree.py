@@ -39,6 +39,23 @@ def test_a_wrapped_job_allocating_past_its_memory_budget_is_stopped_and_named(st
     assert largest["rss_peak_bytes"] > wrapper["rss_peak_bytes"], budget["processes"]
 
 
+@pytest.mark.parametrize("after", ["true", "sleep 30"])
+@pytest.mark.parametrize("cgroup", [True, False])
+def test_a_wrapped_job_whose_process_its_budget_killed_never_exits_as_a_success(store_path, monkeypatch, cgroup,
+                                                                                after):
+    """`sh -c "python ...; true"`: the kernel killed the Python at the cgroup's limit, the shell ran on, and
+    `run` exited 0 while it printed "Stopped by the memory budget" (5 of 5 tries); with `sleep 30` after it
+    the shell slept its 30 s. The whole job is stopped, and `run` exits 137 whatever the wrapper does next."""
+    if not cgroup:
+        monkeypatch.setenv("TENSORGAUGE_NO_CGROUP", "1")
+    code = main(["run", "-q", "--max-memory", "300MiB", "--", "sh", "-c", f"{PY} -c {shlex.quote(ALLOCATES)}; {after}"])
+    record = Store.open(store_path).run("last")
+    if cgroup and record.tree_source != "cgroup":
+        pytest.skip("no cgroup could be made for the job here (not root, or no memory controller)")
+    assert record.budget["stopped"] and code == 128 + 9, (code, record.exit_code, record.signal, record.budget)
+    assert record.wall_seconds < 15, record.wall_seconds  # about a second here: the wrapper did not run on
+
+
 @pytest.mark.parametrize("delay", [0.15, 0.25, 0.35, 0.5, 0.75, 1.0, pytest.param(None, id="as-it-started")])
 def test_a_monitor_killed_as_the_job_starts_takes_the_jobs_first_fork_with_it(tg_cmd, tmp_path, delay, store_path):
     """SIGKILL of the monitor around the moment the job starts (the guard used to start after the job):

@@ -159,3 +159,44 @@ def test_show_says_a_budget_was_exceeded_never_enforced():
     held = shown({"max_memory_bytes": 200 * MIB, "peak_bytes": 150 * MIB, "max_cpus": 1.0, "cores_busy_mean": 0.98,
                   "enforced_by": ["cgroup memory limit"]})
     assert "enforced by cgroup memory limit" in held and "exceeded" not in held
+
+
+def test_a_budget_stop_is_never_a_success_whatever_a_wrapper_exits_with(tmp_path):
+    """`sh -c "python train.py; true"`: the stopped Python's 75 or 137 became the shell's 0, and `run` exited 0."""
+    from tensorgauge.monitoring.budget import run_exit_code
+
+    asked = BudgetWatch(Budget(max_memory_bytes=1000 * MIB), str(tmp_path / "a"), "/ckpt")
+    asked.check(sample(1.0, 950 * MIB), lambda: None)
+    wrapped = asked.result(None, 0, False, "/ckpt", hook_stopped=True)  # the hook stopped it; the shell went on
+    assert wrapped["graceful"] and wrapped["checkpoint"] == "/ckpt" and run_exit_code(wrapped, 0, False) == 75
+    killed = BudgetWatch(Budget(max_memory_bytes=1000 * MIB), str(tmp_path / "b"), None)
+    killed.check(sample(1.0, 1200 * MIB), lambda: None)
+    stopped = killed.result(None, 0, False, None)  # the watchdog killed the Python, the shell exited 0 before it
+    assert stopped["stopped"] and not stopped["graceful"] and run_exit_code(stopped, 0, False) == 137
+    assert run_exit_code(killed.result(15, None, False, None), 128 + 15, True) == 128 + 15  # a signal's stands
+    own = BudgetWatch(Budget(max_memory_bytes=1000 * MIB), str(tmp_path / "c"), None)
+    own.check(sample(1.0, 10 * MIB), lambda: None)
+    assert run_exit_code(own.result(None, 3, False, None), 3, False) == 3  # no stop: the job's own code
+
+
+def test_a_kill_by_the_kernel_inside_the_jobs_cgroup_stops_the_whole_job(tmp_path):
+    """The kernel's OOM kill of one process in the cgroup (the memory.oom_control count rising) ends the rest."""
+    from tensorgauge.sources.cgroup import JobCgroup
+
+    cpuacct, memory = tmp_path / "cpuacct", tmp_path / "memory"
+    cpuacct.mkdir()
+    memory.mkdir()
+    (memory / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 0\n")
+    watch = BudgetWatch(Budget(max_memory_bytes=1000 * MIB), str(tmp_path / "stop"), None)
+    watch.limit_cgroup(JobCgroup(cpuacct, memory, unified=False))
+    assert (memory / "memory.limit_in_bytes").read_text() == str(1000 * MIB)
+    kills = []
+    watch.check(sample(1.0, 500 * MIB), lambda: kills.append(1))
+    assert not kills
+    (memory / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 1\n")
+    watch.check(sample(1.1, 990 * MIB), lambda: kills.append(1))
+    watch.check(sample(1.2, 10 * MIB), lambda: kills.append(1))
+    assert kills == [1] and watch.kernel_killed_at == 1.1 and watch.killed_at is None
+    result = watch.result(9, None, True, None, processes=[{"pid": 5, "name": "python", "rss_peak_bytes": 1}])
+    assert result["stopped"] and not result["graceful"] and "kernel killed the job (python)" in result["reason"]
+    assert "the rest of the job was stopped" in result["reason"]

@@ -65,3 +65,26 @@ def test_a_monitor_sweeps_only_old_empty_cgroups_never_one_just_made_for_another
     os.utime(old, (hour_ago, hour_ago))
     cg._sweep_empty(cg.CgroupPaths(unified=tmp_path), "tensorgauge-")
     assert fresh.exists() and not old.exists()
+
+
+def test_a_process_outside_one_v1_hierarchy_is_no_member_of_the_jobs_cgroup(tmp_path):
+    """Members were read from the cpuacct folder alone: a job that wrote its pid into the memory
+    hierarchy's parent still counted as inside, its memory charged elsewhere and capped by nothing."""
+    folders = {name: tmp_path / name / "tensorgauge-x" for name in ("cpuacct", "memory", "cpu")}
+    for name, members in (("cpuacct", "10\n11\n12\n"), ("memory", "10\n12\n"), ("cpu", "10\n12\n11\n")):
+        write(folders[name] / "cgroup.procs", members)
+    group = cgroup.JobCgroup(folders["cpuacct"], folders["memory"], unified=False, quota_dir=folders["cpu"])
+    assert group.members() == [10, 12] and group.memory_members() == {10, 12}
+    assert group.outside(11) == ["memory"] and not group.holds(11) and group.holds(10)
+    assert sorted(group.pids()) == [10, 11, 12]  # stopping the job reaches it all the same
+    write(folders["cpu"] / "cgroup.procs", "10\n11\n")
+    assert group.members() == [10] and group.outside(12) == ["cpu"]
+
+
+def test_cpu_and_cpuacct_mounted_together_are_one_hierarchy(tmp_path):
+    shared, memory = tmp_path / "cpu,cpuacct" / "x", tmp_path / "memory" / "x"
+    write(shared / "cgroup.procs", "7\n")
+    write(memory / "cgroup.procs", "")
+    group = cgroup.JobCgroup(shared, memory, unified=False, quota_dir=shared)
+    assert group.hierarchies() == {shared: "cpuacct,cpu", memory: "memory"}
+    assert group.members() == [] and group.outside(7) == ["memory"]

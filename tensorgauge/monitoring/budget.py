@@ -47,7 +47,10 @@ class BudgetWatch:
     peak_t: float | None = None
     gpu_peak_bytes: int | None = None  # the job's own GPU memory (NVML per process), all GPUs together
     reason: str | None = None
+    kernel_killed_at: float | None = None  # when a kill by the kernel at the cgroup's limit was seen
     _kernel_caps_memory: bool = False
+    _capped: JobCgroup | None = None  # the cgroup whose memory limit the kernel holds
+    _oom_kills_before: int = 0
     _held: dict[str, str] = field(default_factory=dict)  # what the kernel took, by kind
 
     def environment(self) -> dict[str, str]:
@@ -69,7 +72,8 @@ class BudgetWatch:
         if b.max_cpus is not None and group.limit_cpus(b.max_cpus):
             self._held["quota"] = f"cgroup CPU quota {b.max_cpus:g}"
         if b.max_memory_bytes is not None and group.limit_memory(b.max_memory_bytes):
-            self._kernel_caps_memory = True
+            self._kernel_caps_memory, self._capped = True, group
+            self._oom_kills_before = group.oom_kills() or 0
             self._held["cgroup memory"] = "cgroup memory limit"
 
     @contextlib.contextmanager
@@ -158,6 +162,17 @@ class BudgetWatch:
         if held and sum(held) > (self.gpu_peak_bytes or 0):
             self.gpu_peak_bytes = sum(held)
         self.check_memory(sample.rss_bytes if memory_bytes is None else memory_bytes, sample.t, kill_tree)
+        self.check_kernel_kill(sample.t, kill_tree)
+
+    def check_kernel_kill(self, t: float, kill_tree) -> None:
+        """A process of the job that the kernel killed at the cgroup's memory limit stops the whole job: a
+        wrapper (``sh -c "python train.py; true"``) would otherwise run on and exit 0."""
+        if self._capped is None or self.killed_at is not None or self.kernel_killed_at is not None:
+            return
+        kills = self._capped.oom_kills()
+        if kills is not None and kills > self._oom_kills_before:
+            self.kernel_killed_at = t
+            kill_tree()
 
     def check_memory(self, memory_bytes: int, t: float, kill_tree) -> None:
         """The memory part of :meth:`check`, also called between samples while the job is near its budget."""
@@ -191,27 +206,21 @@ class BudgetWatch:
         ``gpu_memory_limit``: what the hook reported when it set TensorFlow's GPU memory limit
         ({"gpus", "error"}; None: TensorFlow never started); ``hook_stopped``: the hook stopped
         training because the monitor asked; ``processes``: the job's largest (pid, name, RSS peak);
-        ``memory_counted``: what the peak counts; ``left_cgroup``: {"pid", "name", "t"} of a process of
-        the job that left its cgroup (its memory no longer capped by the kernel; watched as a tree).
-        Exit 75 alone is the job's own, not a budget stop."""
-        graceful = (exit_code == protocol.BUDGET_EXIT_CODE and hook_stopped
-                    and self.stop_requested_at is not None and self.killed_at is None)
-        stopped = graceful or self.killed_at is not None or (oom_killed and self._kernel_caps_memory)
+        ``memory_counted``: what the peak counts; ``left_cgroup``: {"pid", "name", "t", "hierarchies"} of a
+        process of the job that left its cgroup (in those hierarchies the kernel no longer holds it; watched as
+        a tree). Exit 75 alone is the job's own, not a budget stop; a graceful stop is one still when a
+        wrapper of the stopped process exits otherwise."""
+        kernel_stop = self._kernel_caps_memory and (oom_killed or self.kernel_killed_at is not None)
+        graceful = (hook_stopped and self.stop_requested_at is not None and self.killed_at is None
+                    and not kernel_stop and exit_status_signal is None and exit_code is not None)
+        stopped = graceful or self.killed_at is not None or kernel_stop
         reason = self.reason
-        if oom_killed and self._kernel_caps_memory and self.killed_at is None:
+        if kernel_stop and self.killed_at is None:
             largest = (processes or [{}])[0].get("name")
             reason = (f"the kernel killed the job{f' ({largest})' if largest else ''} at the cgroup memory limit "
-                      "before it could stop")
-        enforced_by = list(self.enforced_by)
-        if left_cgroup is not None and self._kernel_caps_memory:
-            enforced_by[enforced_by.index("cgroup memory limit")] = (
-                f"cgroup memory limit (until {left_cgroup.get('name') or 'a process'}, pid {left_cgroup.get('pid')}, "
-                f"left the cgroup at {left_cgroup.get('t', 0.0):.1f} s: its process tree watched from then)")
-        if self.budget.max_gpu_memory_bytes is not None:
-            if gpu_memory_limit and gpu_memory_limit.get("gpus") and not gpu_memory_limit.get("error"):
-                enforced_by.append("TF logical GPU memory_limit")
-            if self.gpu_peak_bytes is not None:
-                enforced_by.append("NVML check of the job's GPU memory")
+                      "before it could stop" + ("; the rest of the job was stopped then"
+                                                if self.kernel_killed_at is not None else ""))
+        enforced_by = self._enforced_by(left_cgroup, gpu_memory_limit)
         return {**self.budget.to_dict(), "soft_memory_bytes": self.budget.soft_memory_bytes,
                 "stopped": stopped, "reason": reason if stopped else None,
                 "checkpoint": checkpoint if graceful else None,  # resumable only after a graceful stop
@@ -220,6 +229,39 @@ class BudgetWatch:
                 "memory_counted": memory_counted, "left_cgroup": left_cgroup,
                 "gpu_memory_peak_bytes": self.gpu_peak_bytes, "gpu_memory_limit": gpu_memory_limit,
                 "enforced_by": enforced_by, "processes": processes or []}
+
+    def _enforced_by(self, left_cgroup: dict | None, gpu_memory_limit: dict | None) -> list[str]:
+        """:attr:`enforced_by`, a kernel cap a process left said so, and the GPU's means."""
+        enforced_by = list(self.enforced_by)
+        if left_cgroup is not None:
+            left = set(left_cgroup.get("hierarchies") or ["unified", "memory", "cpu"])
+            for i, held in enumerate(enforced_by):
+                if (held == self._held.get("cgroup memory") and left & {"unified", "memory"}) or \
+                        (held == self._held.get("quota") and left & {"unified", "cpu"}):
+                    enforced_by[i] = held + _until_left(left_cgroup)
+        if self.budget.max_gpu_memory_bytes is not None:
+            if gpu_memory_limit and gpu_memory_limit.get("gpus") and not gpu_memory_limit.get("error"):
+                enforced_by.append("TF logical GPU memory_limit")
+            if self.gpu_peak_bytes is not None:
+                enforced_by.append("NVML check of the job's GPU memory")
+        return enforced_by
+
+
+def _until_left(left_cgroup: dict) -> str:
+    return (f" (until {left_cgroup.get('name') or 'a process'}, pid {left_cgroup.get('pid')}, left the cgroup"
+            f"{' (' + ', '.join(left_cgroup['hierarchies']) + ')' if left_cgroup.get('hierarchies') else ''} "
+            f"at {left_cgroup.get('t', 0.0):.1f} s: its process tree watched from then)")
+
+
+def run_exit_code(budget: dict, job_exit_code: int, signalled: bool) -> int:
+    """What ``run`` exits with under a budget: a budget stop is never a success, whatever a wrapper of the
+    stopped process (``sh -c "python train.py; true"``) did after it: 75 after a graceful stop, 128+N where
+    signal N ended the job, else 128+SIGKILL (a process of the job was killed, its wrapper exited itself)."""
+    if not budget.get("stopped"):
+        return job_exit_code
+    if budget.get("graceful"):
+        return protocol.BUDGET_EXIT_CODE
+    return job_exit_code if signalled else 128 + signal.SIGKILL
 
 
 def kill_tree(pids: list[int]) -> None:

@@ -38,7 +38,7 @@ from tensorgauge.hook.protocol import (
     BudgetStop,
 )
 from tensorgauge.model import Event, RunRecord, payloads
-from tensorgauge.monitoring.budget import BudgetWatch, kill_tree
+from tensorgauge.monitoring.budget import BudgetWatch, kill_tree, run_exit_code
 from tensorgauge.monitoring.guard import Guard
 from tensorgauge.monitoring.job_output import JobOutput
 from tensorgauge.monitoring.limits import Budget, check_interval, check_run_name
@@ -56,7 +56,10 @@ from tensorgauge.store import Store
 
 HOOK_SITE_DIR = Path(__file__).parent.parent / "hook" / "_site"
 
-_FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+# Passed on alone, as a shell does: the job stops (and is recorded on, stopped) until a SIGCONT.
+_JOB_CONTROL_SIGNALS = (signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGCONT)
+_FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
+                      *_JOB_CONTROL_SIGNALS)
 _WAKE_SIGNALS = (signal.SIGCHLD, *_FORWARDED_SIGNALS)
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # passed on, then followed by SIGKILL once the grace period is over
 _OWN_PROCESS_GROUP: dict = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
@@ -285,6 +288,7 @@ def _conclude(job: _Run, store: Store, options: RunOptions, report: Callable[[st
         record.oom_killed = bool(group) and oom_kills
     if job.watch:
         record.budget = _budget_result(job, record, recording.recorder.seen)
+        exit_code = run_exit_code(record.budget, exit_code, signalled=record.signal is not None)
     warning = recording.close_out(stored_all, options.store_wait_seconds) or monitor.warning
     if warning and warning != monitor.warning and report:
         report(warning)
@@ -305,7 +309,8 @@ def _budget_result(job: _Run, record: RunRecord, seen: list[Event]) -> dict:
                               hook_stopped=bool(stops), processes=getattr(job.tree, "processes", list)(),
                               memory_counted=getattr(job.tree, "memory_counted", None),
                               left_cgroup={"pid": left["pid"], "name": left["name"],
-                                           "t": round(left["at"] - job.process.t0, 3)} if left else None)
+                                           "t": round(left["at"] - job.process.t0, 3),
+                                           "hierarchies": left.get("hierarchies")} if left else None)
     resumed = payloads(seen, BudgetResume)
     if resumed:  # where this run took up a budget stop's training again
         result["resumed"] = {key: resumed[0].get(key) for key in ("checkpoint", "epoch", "step", "steps", "text")}
@@ -397,7 +402,8 @@ class JobProcess:
         # hands to one of those comes to this handler, in the main thread, instead of killing the monitor.
         ended = _ChildEnd(child.pid, group, stop_grace_seconds, report)
         old_handlers = {sig: signal.signal(sig, ended.on_signal) for sig in _FORWARDED_SIGNALS}
-        return cls(child, ended, guard, _Terminal.hand_to(child.pid), old_mask, old_handlers, t0, started_at)
+        ended.terminal = _Terminal.hand_to(child.pid)
+        return cls(child, ended, guard, ended.terminal, old_mask, old_handlers, t0, started_at)
 
     def release(self, keep: bool = False) -> None:
         """The job reaped (or, with ``keep``, left running if it still is), then the terminal, the signal
@@ -415,10 +421,11 @@ class JobProcess:
 class _Terminal:
     """Like a shell: a job started from a terminal's foreground gets the terminal, so Ctrl-C and
     Ctrl-\\ reach its whole process group, and it may read the terminal; the monitor takes it back
-    at the end. Elsewhere (no terminal, or in the background) nothing changes."""
+    at the end, and while the job is stopped (Ctrl-Z): Ctrl-C then reaches the monitor, which passes it
+    on. Elsewhere (no terminal, or in the background) nothing changes."""
 
-    def __init__(self, fd: int | None, pgid: int | None):
-        self.fd, self.pgid = fd, pgid
+    def __init__(self, fd: int | None, pgid: int | None, job_pgid: int | None = None):
+        self.fd, self.pgid, self.job_pgid = fd, pgid, job_pgid
 
     @classmethod
     def hand_to(cls, job_pgid: int) -> _Terminal:
@@ -426,15 +433,19 @@ class _Terminal:
             try:
                 if os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp():
                     _set_foreground(fd, job_pgid)
-                    return cls(fd, os.getpgrp())
+                    return cls(fd, os.getpgrp(), job_pgid)
             except OSError:
                 continue
         return cls(None, None)
 
+    def lend(self, to_job: bool) -> None:
+        """The terminal to the job's group (it runs again) or to the monitor's (the job is stopped)."""
+        if self.fd is not None and self.pgid is not None and self.job_pgid is not None:
+            _set_foreground(self.fd, self.job_pgid if to_job else self.pgid)
+
     def take_back(self) -> None:
-        if self.fd is not None and self.pgid is not None:
-            _set_foreground(self.fd, self.pgid)
-            self.fd = None
+        self.lend(False)
+        self.fd = None
 
 
 def _set_foreground(fd: int, pgid: int) -> None:
@@ -460,6 +471,7 @@ class _ChildEnd:
         self.terminate_at: float | None = None  # when the first stop signal (SIGTERM or SIGINT) was passed on
         self.stop_signal: int | None = None  # which one
         self.escalated = False
+        self.terminal: _Terminal | None = None  # lent to the job while it runs
 
     def send(self, signum: int) -> None:
         """``signum`` passed on (:meth:`_pass_on`); a stop signal (SIGTERM, SIGINT) starts the grace period,
@@ -467,17 +479,20 @@ class _ChildEnd:
         if signum == signal.SIGINT and self.terminate_at is not None:
             self._escalate("a second SIGINT" if self.stop_signal == signal.SIGINT else "SIGINT after SIGTERM")
             return
+        if signum == signal.SIGCONT and self.terminal is not None:
+            self.terminal.lend(to_job=True)  # before it runs: a job that writes at once is in the foreground
         self._pass_on(signum)
         if signum in _STOP_SIGNALS and self.terminate_at is None:
             self.terminate_at, self.stop_signal = time.monotonic(), signum
 
     def _pass_on(self, signum: int) -> None:
         """``signum`` to the job's process group and to every member of its cgroup and each of its
-        descendants and adopted orphans (a ``setsid`` child has a group of its own), then SIGCONT: a stopped process takes a signal only once it runs."""
+        descendants and adopted orphans (a ``setsid`` child has a group of its own), then SIGCONT: a stopped process takes a signal only once it runs
+        (not after a job-control signal: the job stays stopped until a SIGCONT is passed on)."""
         tree = dict.fromkeys([*(self.group.pids() if self.group is not None else []),
                               *tree_pids(self.pid, self.adopted)])  # one may have left the cgroup
         members = [p for p in tree if process_group(p) not in (self.pid, None)]  # the group's own get it once, by killpg
-        for sig in (signum, signal.SIGCONT):
+        for sig in (signum,) if signum in _JOB_CONTROL_SIGNALS else (signum, signal.SIGCONT):
             try:
                 os.killpg(self.pid, sig)
             except OSError:
@@ -510,13 +525,26 @@ class _ChildEnd:
         _kill_tree(self.pid, self.group, self.adopted)
 
     def _reap(self) -> bool:
-        if self.status is not None:
-            return True
-        waited_pid, status, rusage = os.wait4(self.pid, os.WNOHANG)
-        if waited_pid == self.pid:
-            self.status, self.rusage = status, rusage
-            return True
-        return False
+        """True once the child has ended; its stops and continues on the way are told to :meth:`_stopped`."""
+        while self.status is None:
+            waited_pid, status, rusage = os.wait4(self.pid, os.WNOHANG | os.WUNTRACED | os.WCONTINUED)
+            if waited_pid != self.pid:
+                return False
+            if os.WIFSTOPPED(status) or os.WIFCONTINUED(status):
+                self._stopped(os.WSTOPSIG(status) if os.WIFSTOPPED(status) else None)
+            else:
+                self.status, self.rusage = status, rusage
+        return True
+
+    def _stopped(self, by: int | None) -> None:
+        """The job stopped (``by`` that signal: Ctrl-Z at the terminal, a stop signal passed on) or, with
+        None, runs again: the terminal is the monitor's while it is stopped, and the user told how to go on."""
+        at_terminal = self.terminal is not None and self.terminal.fd is not None
+        if self.terminal is not None:
+            self.terminal.lend(to_job=by is None)
+        if by is not None and self.report is not None:
+            self.report(f"the job is stopped ({signal.Signals(by).name}) and still recorded: kill -CONT "
+                        f"{os.getpid()} resumes it{', Ctrl-C ends it' if at_terminal else ''}")
 
     def wait(self, timeout: float | None) -> bool:
         """True once the child has ended; waits at most ``timeout`` seconds (None: until it ends)."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _UNLIMITED = 1 << 60  # v1 reports "no limit" as a huge number
+_FAST_READ_BYTES = 1 << 16
 
 
 @dataclass
@@ -115,7 +116,7 @@ def _read_fast(path: str) -> bytes | None:
     except OSError:
         return None
     try:
-        return os.read(fd, 1 << 16)
+        return os.read(fd, _FAST_READ_BYTES)
     except OSError:
         return None
     finally:
@@ -133,6 +134,15 @@ def _stat_value(text: bytes | None, *keys: bytes) -> int | None:
             except ValueError:
                 return None
     return None
+
+
+def _procs_listed(folder: Path) -> list[int]:
+    """The processes in a cgroup folder, in the kernel's order (none where it cannot be read)."""
+    return [int(pid) for pid in (_read(folder / "cgroup.procs") or "").split() if pid.isdigit()]
+
+
+def _procs(folder: Path) -> set[int]:
+    return set(_procs_listed(folder))
 
 
 class MemoryCharge:
@@ -212,7 +222,8 @@ class JobCgroup:
     nanoseconds) costs the job nothing, whereas reading ``/proc/PID/stat`` of a
     multi-threaded process locks the run queue of each of its running threads:
     measured, that slowed a 2-core Keras fit by 1.7% at 10 samples a second.
-    Membership (``cgroup.procs``) is the job's whole tree, orphans included.
+    Membership (``cgroup.procs``) is the job's whole tree, orphans included; on v1 a member is in each
+    of the cgroup's hierarchies (:meth:`members`), since each holds it to a part of its budget.
     """
 
     def __init__(self, cpu_dir: Path, memory_dir: Path | None, unified: bool, quota_dir: Path | None = None):
@@ -298,9 +309,24 @@ class JobCgroup:
             return False
         return True
 
+    def hierarchies(self) -> dict[Path, str]:
+        """Each of the cgroup's folders and what it holds the job to: "unified" on v2; on v1 "cpuacct"
+        (counts its CPU), "memory" and "cpu" (its quota), one folder for those mounted together."""
+        if self.unified:
+            return {self.cpu_dir: "unified"}
+        named: dict[Path, list[str]] = {}
+        for folder, what in ((self.cpu_dir, "cpuacct"), (self.memory_dir, "memory"), (self.quota_dir, "cpu")):
+            if folder is not None:
+                named.setdefault(folder, []).append(what)
+        return {folder: ",".join(whats) for folder, whats in named.items()}
+
+    def outside(self, pid: int) -> list[str]:
+        """The hierarchies (see :meth:`hierarchies`) that ``pid`` is not a member of in this cgroup."""
+        return [what for folder, what in self.hierarchies().items() if pid not in _procs(folder)]
+
     def holds(self, pid: int) -> bool:
         """``pid`` is a member in every one of the cgroup's folders."""
-        return all(str(pid) in (_read(folder / "cgroup.procs") or "").split() for folder in self.dirs())
+        return not self.outside(pid)
 
     def cpu_seconds(self) -> float | None:
         """User+system CPU of everything that ran in the cgroup."""
@@ -314,8 +340,25 @@ class JobCgroup:
         return int(text) / 1e9 if text else None
 
     def pids(self) -> list[int]:
-        text = _read(self.cpu_dir / "cgroup.procs")
-        return [int(p) for p in text.split()] if text else []
+        """Every process in any of the cgroup's folders: what stopping the job signals."""
+        return list(dict.fromkeys(pid for folder in self.dirs() for pid in _procs_listed(folder)))
+
+    def members(self) -> list[int]:
+        """The processes in every one of the cgroup's folders: those its budget holds. On v1 a process
+        that left one hierarchy (its memory, say) is not one, though it is still in the others."""
+        listed = [_procs_listed(folder) for folder in self.dirs()]
+        others = [set(pids) for pids in listed[1:]]
+        return [pid for pid in listed[0] if all(pid in inside for inside in others)] if listed else []
+
+    def memory_members(self) -> set[int] | None:
+        """The processes charged to the cgroup's memory, read fast (between samples); None without a
+        memory controller."""
+        if self.memory_dir is None:
+            return None
+        text = _read_fast(str(self.memory_dir / "cgroup.procs")) or b""
+        if len(text) >= _FAST_READ_BYTES:  # more than one read holds: read it whole
+            return _procs(self.memory_dir)
+        return {int(pid) for pid in text.split() if pid.isdigit()}
 
     def threads(self) -> int | None:
         text = _read(self.cpu_dir / ("cgroup.threads" if self.unified else "tasks"))
