@@ -20,6 +20,10 @@ from tensorgauge.hook.protocol import P, as_payload, kind_of
 RUN_SCHEMA = "tensorgauge.run/1"
 
 Severity = Literal["high", "moderate", "low", "info"]  # a finding's, most severe first
+# What a run's sampled memory (``rss_bytes``, so its RSS peaks) counts, and how outputs name it.
+MemoryMeasure = Literal["rss_shared_once", "rss_summed"]
+MEMORY_MEASURES: dict[str, str] = {"rss_shared_once": "shared pages counted once",
+                                   "rss_summed": "each process's RSS summed, shared pages counted again"}
 PHASE_KINDS = ("import", "fit", "epoch", "evaluate", "predict", "save", "load", "custom")
 
 
@@ -83,7 +87,7 @@ class Sample:
     cpu_seconds: float = declared("number", "s", "tree user+system since the job started")
     cores_busy: float | None = declared("number?", "cores", "tree CPU-seconds per second since the last sample",
                                         shown="cores busy")
-    rss_bytes: int = declared("int", "bytes", "tree RSS", shown="RSS")
+    rss_bytes: int = declared("int", "bytes", "tree RSS, pages its processes share counted once", shown="RSS")
     threads: int = declared("int", "threads", source="tree", shown="threads")
     processes: int = declared("int", "processes", source="tree", shown="processes")
     read_bytes: int | None = declared("int?", "bytes", "tree, cumulative, once a second", default=None)
@@ -197,6 +201,9 @@ class RunRecord(Record):
     parent_run_id: str | None = declared("text?", source="the run this one is a trial of, listed under it by "
                                          "'runs': --try-fixes' first run, or a pytest --tensorgauge session's "
                                          "first test", default=None)
+    memory_measure: MemoryMeasure | None = declared("text?", source="what the samples' rss_bytes counts "
+                                                    "(MEMORY_MEASURES); null: recorded before it was kept, "
+                                                    "each process's RSS summed", default=None)
     exports: dict[str, Any] | None = declared("object?", "exports", "what each exporter that counts its losses "
                                               "(--otlp) lost, as it closed after the run: {name: {\"dropped\": n}}; "
                                               "null: none ran", default=None)
@@ -252,7 +259,8 @@ class Phase:
     gpu_util_peak: float | None = None
     gpu_memory_peak_bytes: int | None = None  # the GPUs' memory used (every process's)
     gpu_job_memory_peak_bytes: int | None = None  # of that, the job's own processes' (NVML's per-process figure)
-    complete: bool = True  # False when the job ended inside the phase
+    complete: bool = True  # False when its end is not recorded: the job ended inside it, or (end_dropped) maybe not
+    end_dropped: bool = False  # its end may be among the job's events that were dropped: not said to be the job's end
     error: str | None = None  # the exception's type when the phase ended by one
     memory_breakdown: dict[str, Any] | None = None  # at its RSS peak (see tensorgauge.analyse.memory_breakdown)
 
@@ -306,6 +314,7 @@ class Summary:
     samples: int
     gpu: list[dict[str, Any]] = field(default_factory=list)
     other_cores_mean: float | None = None  # cores busy with other work on the CPUs the job may use, on average
+    rss_peak_measure: MemoryMeasure = "rss_shared_once"  # what rss_peak_bytes counts (MEMORY_MEASURES)
     metrics: dict[str, dict[str, float | None]] = field(default_factory=dict)  # per shown metric: mean, peak
 
     def to_dict(self) -> dict[str, Any]:

@@ -44,7 +44,7 @@ def _sketch():
 class StepDigest:
     """The steps of one phase of one process (``phase``: the hook's phase id)."""
 
-    def __init__(self, phase: int | None = None):
+    def __init__(self, phase: int | None = None, sketch=None):
         self.phase = phase
         self.count = 0
         self.seconds_sum = 0.0
@@ -54,7 +54,7 @@ class StepDigest:
         self.slowest: list[tuple[float, float]] = []  # min-heap of (seconds, end)
         self.rate: dict[int, int] = {}  # whole second of the run -> steps that ended in it
         self.last_end: float | None = None  # when the last step ended (seconds from the run's start)
-        self.sketch = _sketch()
+        self.sketch = sketch if sketch is not None else _sketch()
 
     def add(self, seconds: list[float], ends: list[float] | None = None, first_room: int | None = None) -> None:
         """Record steps (``ends``: when each ended, seconds from the run's start; None: unknown).
@@ -126,8 +126,6 @@ class StepDigest:
     # -- the ``step_digest`` event's payload ------------------------------------------
 
     def to_payload(self) -> dict[str, Any]:
-        from ddsketch.pb.proto import DDSketchProto
-
         start = min(self.rate, default=0)
         rate = [0] * (max(self.rate, default=-1) - start + 1)
         for second, n in self.rate.items():
@@ -137,19 +135,17 @@ class StepDigest:
                 "first_seconds": [s for _, s in self.first], "first_ends": [_json(e) for e, _ in self.first],
                 "slowest_seconds": [s for s, _ in self.slowest], "slowest_ends": [_json(e) for _, e in self.slowest],
                 "rate_start": start, "rate": rate, "last_end": _json(self.last_end) if self.last_end is not None else None,
-                "sketch": base64.b64encode(DDSketchProto.to_proto(self.sketch).SerializeToString()).decode()}
+                "sketch": base64.b64encode(_sketch_to_proto(self.sketch).SerializeToString()).decode()}
 
     @classmethod
     def from_payload(cls, data: DigestPayload) -> StepDigest:
         """The digest of a ``step_digest`` payload; ValueError when it cannot be read."""
         from ddsketch.pb.ddsketch_pb2 import DDSketch as DDSketchMessage
 
-        digest = cls(data.get("phase"))
         try:
             message = DDSketchMessage()
             message.ParseFromString(base64.b64decode(data.get("sketch") or ""))
-            if data.get("count"):
-                digest.sketch = _sketch_from_proto(message)
+            digest = cls(data.get("phase"), _sketch_from_proto(message) if data.get("count") else None)
             digest.count = int(data.get("count") or 0)
             digest.seconds_sum = float(data.get("seconds_sum") or 0.0)
             least = data.get("seconds_min")
@@ -169,6 +165,23 @@ class StepDigest:
         return digest
 
 
+def _sketch_to_proto(sketch):
+    """What ``ddsketch.pb.proto.DDSketchProto.to_proto`` gives, each store's bins cut to those from its
+    least key to its greatest: a store grows 128 bins at a time, and a one-step digest's were 1.7 KB
+    of empty bins, once more for each digest in memory and in every merge."""
+    from ddsketch.pb.proto import KeyMappingProto, pb
+
+    def trimmed(store):
+        if not store.count:
+            return pb.Store()
+        low = store.min_key - store.offset
+        return pb.Store(contiguousBinCounts=store.bins[low:store.max_key - store.offset + 1],
+                        contiguousBinIndexOffset=store.min_key)
+
+    return pb.DDSketch(mapping=KeyMappingProto.to_proto(sketch._mapping), positiveValues=trimmed(sketch._store),
+                       negativeValues=trimmed(sketch._negative_store), zeroCount=sketch._zero_count)
+
+
 def _store_from_proto(proto):
     """A DenseStore from its protobuf, its bins taken whole (ddsketch's own ``StoreProto.from_proto``
     adds them one at a time: 10 s for a week's digests)."""
@@ -178,8 +191,10 @@ def _store_from_proto(proto):
 
     store = DenseStore()
     bins = [float(c) for c in proto.contiguousBinCounts]
-    if bins:
-        offset = int(proto.contiguousBinIndexOffset)
+    nonzero = [i for i, count in enumerate(bins) if count]
+    if nonzero:  # the empty bins at either end (a digest of an older version kept them) left out
+        offset = int(proto.contiguousBinIndexOffset) + nonzero[0]
+        bins = bins[nonzero[0]:nonzero[-1] + 1]
         # copy() reads only these attributes of the store it copies
         store.copy(SimpleNamespace(bins=bins, count=sum(bins), min_key=offset,  # type: ignore[arg-type]
                                    max_key=offset + len(bins) - 1, offset=offset))

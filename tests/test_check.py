@@ -1,14 +1,18 @@
 """tensorgauge check and baselines: the decision and the causes on hand-built runs, the outputs, and
-the commands on real (small, non-TensorFlow) runs."""
+the commands on real (small, non-TensorFlow) runs; a run that did not complete, in check and compare."""
 
+import json
+import signal
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
+from conftest import text_once_written
 
 from tensorgauge.analyse.check import Limits, check
-from tensorgauge.analyse.compare import Side
+from tensorgauge.analyse.compare import Side, compare
 from tensorgauge.analyse.run_report import RunReport
 from tensorgauge.model import Event, Finding, RunRecord, Sample
 from tensorgauge.render.check import junit, markdown, text
@@ -17,8 +21,8 @@ MiB = 1 << 20
 
 
 def side(label, step=0.010, cpu=10.0, rss=500 * MiB, config=None, weights=4 * MiB, stages=None, other=0.0,
-         spread=0.0):
-    """A run with one fit of 100 steps of ``step`` seconds."""
+         spread=0.0, killed=False, exit_code=0):
+    """A run with one fit of 100 steps of ``step`` seconds (``killed``: by SIGTERM inside the fit)."""
     config = {"backend": "tensorflow", "run_eagerly": False, "jit_compile": "False", "steps_per_execution": 1,
               "batch_size": 64, "dataset": True, "dataset_stages": stages or ["_PrefetchDataset", "_MapDataset",
                                                                                 "_BatchDataset"], **(config or {})}
@@ -30,11 +34,14 @@ def side(label, step=0.010, cpu=10.0, rss=500 * MiB, config=None, weights=4 * Mi
                     data={"phase": 1, "seconds": [step * (1 + spread * (-1) ** i) for i in range(100)],
                           "ends": [1.0 + step * (i + 1) for i in range(100)]}),
               Event(t=1.0 + 100 * step + 0.01, pid=1, kind="phase_end", data={"id": 1})]
+    if killed:
+        events.pop()  # the fit never ended
     end = 1.0 + 100 * step + 0.5
     samples = [Sample(t=0.1 * i, cpu_seconds=cpu * i / (end * 10), cores_busy=1.0, rss_bytes=rss, threads=4,
                       processes=1, cpu_percent=[50.0 * (1.0 + other)] * 2) for i in range(int(end * 10) + 1)]
     record = RunRecord(run_id=label, command=["python", "train.py"], started_at="2026", wall_seconds=end,
-                       exit_code=0, complete=True, cpu_seconds_total=cpu)
+                       exit_code=None if killed else exit_code, signal=15 if killed else None, complete=True,
+                       cpu_seconds_total=cpu, diagnosis="auto")
     return Side(label, RunReport.build(record, samples, events))
 
 
@@ -94,13 +101,48 @@ def test_memory_growth_and_new_findings_fail_where_asked():
     assert not check(a, b, Limits(no_new_findings=True)).passed
 
 
+def test_a_run_that_did_not_complete_fails_whatever_its_figures():
+    """Killed in its fit with 35% less CPU time: not 'PASS ... within its limits' but a failure that says it
+    did not complete, where, in every output; a non-zero exit fails alike."""
+    result = check(side("a"), side("b", cpu=6.5, killed=True))
+    assert not result.passed and not result.failed and result.ended.where == "fit"
+    out = text(result)
+    assert out.startswith("FAIL: b against a: did not complete: it was killed by signal 15 (SIGTERM) in 'fit'")
+    assert "its figures cover only what ran before it ended" in out and "What changed: nothing" not in out
+    assert result.to_dict()["completed"] is False and result.to_dict()["ending"]["where"] == "fit"
+    assert "**Failed**: the run did not complete: it was killed by signal 15 (SIGTERM) in 'fit'" in markdown(result)
+    failure = ET.fromstring(junit(result)).find("testsuite/testcase[@name='completed']/failure")
+    assert failure is not None and failure.get("type") == "not_completed"
+    crashed = check(side("a"), side("b", exit_code=1))
+    assert not crashed.passed and crashed.not_completed == "did not complete: it exited with code 1"
+
+
+def test_compare_says_which_side_was_killed_and_compares_a_cut_phase_by_its_steps():
+    comparison = compare(side("a"), side("b", cpu=6.5, killed=True))
+    assert comparison.cut == ["B was killed by signal 15 (SIGTERM) in 'fit': the phases it cut are compared by "
+                              "their steps alone."]
+    assert [r.name for r in comparison.results] == ["fit first step (trace, compile)", "fit step p50"]
+    assert comparison.largest is None and comparison.to_dict()["b"]["ending"]["completed"] is False
+    whole = compare(side("a"), side("b", cpu=6.5))
+    assert whole.cut == [] and "fit CPU" in [r.name for r in whole.results]
+
+
+def test_the_input_of_a_fit_killed_before_its_ab_names_the_kill():
+    """Not '--no-diagnose, or recorded by tensorgauge.monitor()' for a run with the A/B on."""
+    split = side("b", killed=True).report.input_split
+    assert split == {"measured": False, "why": "the job was killed by signal 15 (SIGTERM) in 'fit' before the "
+                                                "input A/B reported"}
+    assert side("a").report.input_split["why"] == "the input A/B sent no result for this fit"
+
+
 def test_markdown_and_junit_outputs():
     result = check(side("a"), side("b", step=0.030, config={"run_eagerly": True}))
     md = markdown(result)
     assert "| check | baseline | now | change | limit | noise | verdict |" in md and "**fail**" in md
     assert "1. fit runs eagerly (run_eagerly): False -> True" in md
     suite = ET.fromstring(junit(result)).find("testsuite")
-    assert suite.get("tests") == "3" and suite.get("failures") == "1"
+    assert suite.get("tests") == "4" and suite.get("failures") == "1"
+    assert suite.find("testcase[@name='completed']/failure") is None
     failure = suite.find("testcase[@name='fit step p50']/failure")
     assert failure is not None and "run_eagerly" in failure.text
 
@@ -127,6 +169,39 @@ def test_baselines_are_saved_listed_checked_against_and_removed(store_path, tg_c
               "--max-memory-growth", "200%").returncode == 0  # the same baseline as a file
     assert tg(tg_cmd, "baseline", "rm", "nightly").returncode == 0
     assert "no baselines" in tg(tg_cmd, "baseline", "list").stdout
+
+
+EPOCHS = Path(__file__).parent / "jobs" / "epochs_until_marked.py"
+
+
+def test_a_run_killed_in_epoch_2_fails_its_check_and_compare_says_where(store_path, tg_cmd, tmp_path):
+    """A real run stopped by SIGTERM part-way, against a complete run's baseline: exit 1 and 'did not
+    complete', where the CPU time alone would have passed; compare names the killed side and where; and a
+    baseline saved from the killed run is refused (exit 2, one line)."""
+    assert tg(tg_cmd, "run", "-q", "--name", "whole", "--", sys.executable, str(EPOCHS)).returncode == 0
+    assert tg(tg_cmd, "baseline", "save", "whole", "whole").returncode == 0
+    marker = tmp_path / "marker"
+    monitor = subprocess.Popen([*tg_cmd, "run", "-q", "--name", "cut", "--", sys.executable, str(EPOCHS), str(marker)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    text_once_written(marker, monitor, timeout=60)
+    monitor.send_signal(signal.SIGTERM)  # passed on to the job
+    assert monitor.wait(timeout=60) == 128 + signal.SIGTERM
+    checked = tg(tg_cmd, "check", "cut", "--against", "whole", "--max-slower", "500%", "--max-memory-growth", "500%")
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert ("did not complete: it was killed by signal 15 (SIGTERM) in 'epoch 2'"
+            in checked.stdout.splitlines()[0]), checked.stdout
+    compared = tg(tg_cmd, "compare", "whole", "cut", "--json", str(tmp_path / "compare.json"))
+    assert compared.returncode == 0, compared.stderr
+    doc = json.loads((tmp_path / "compare.json").read_text())
+    assert doc["cut"] == ["B was killed by signal 15 (SIGTERM) in 'epoch 2': the phases it cut are compared by "
+                          "their steps alone."]
+    assert {(r["name"], r["measure"]) for r in doc["results"]} & {("fit", "wall"), ("fit CPU", "CPU")} == set()
+    assert "B was killed by signal 15 (SIGTERM) in 'epoch 2'" in tg(tg_cmd, "compare", "whole", "cut").stdout
+    assert tg(tg_cmd, "baseline", "save", "cut", "cut").returncode == 0
+    refused = tg(tg_cmd, "check", "whole", "--against", "cut")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip().endswith("did not complete: it was killed by signal 15 (SIGTERM) in 'epoch 2'; "
+                                           "save one from a run that completed")
 
 
 def test_limits_come_from_pyproject_and_flags_win(store_path, tg_cmd, tmp_path):

@@ -33,24 +33,51 @@ def test_a_healthy_job_with_forked_workers_is_not_killed_by_its_budget(store_pat
     budget = record.budget
     assert code == 0 and not budget["stopped"], budget
     rss_peak = max(s.rss_bytes for s in Store.open(store_path).samples(record.run_id))
-    assert rss_peak > 1 << 30, "summed RSS counts the parent's pages once per worker"
+    assert 200 * MIB < rss_peak < 400 * MIB, "the samples count the parent's pages once, not once per worker"
     assert 200 * MIB < budget["peak_bytes"] < 400 * MIB, budget["peak_bytes"]  # the kernel charged 216 MiB
     assert ("cgroup's charge" if cgroup else "counted once") in budget["memory_counted"]
 
 
-def test_a_job_that_leaves_its_cgroup_is_watched_as_a_tree_and_stopped(store_path, capsys):
+BUDGET_HIERARCHIES = {"unified", "memory", "cpu", "cpuacct"}
+
+
+def left_hierarchies(record, out: str, what: str) -> set[str]:
+    """What the job says it left of the hierarchies a budget relies on; skips where it left none of them."""
+    said = out.partition("left ")[2].split("\n", 1)[0]
+    left = set(said.split(",")) & BUDGET_HIERARCHIES
+    if record.tree_source != "cgroup" or not left:
+        pytest.skip(f"no cgroup here, or no {what} hierarchy the job could leave (the kernel kept it, or cgroup v2)")
+    return left
+
+
+@pytest.mark.parametrize("leaves", [None, "memory"], ids=["every-hierarchy", "memory-only"])
+def test_a_job_that_leaves_its_cgroup_is_watched_as_a_tree_and_stopped(store_path, capfd, leaves):
     """It wrote its pid into the parent cgroup's cgroup.procs, then held 600 MiB under a 300 MiB budget:
-    exit 0 and "enforced by cgroup … peak 13.6 MiB" before."""
-    code = main(["run", "--max-memory", "300MiB", "--", PY, str(JOBS / "leaves_cgroup.py"), "600", "30"])
+    exit 0 and "enforced by cgroup … peak 13.6 MiB" before. Leaving the memory hierarchy alone on v1 (its
+    members were read from the cpuacct one): exit 0, "memory peak 9.6 MiB", nothing said, before."""
+    code = main(["run", "--max-memory", "300MiB", "--", PY, str(JOBS / "leaves_cgroup.py"), "600", "30",
+                 *([leaves] if leaves else [])])
     record = Store.open(store_path).run("last")
-    out = capsys.readouterr().out
-    if record.tree_source != "cgroup" or "left nothing" in out:
-        pytest.skip("no cgroup here, or the kernel kept the job from leaving it")
+    left = left_hierarchies(record, capfd.readouterr().out, leaves or "cgroup")
     budget = record.budget
     # Stopped, not 30 s of holding (0.4 s here; the margin is for a machine busy with other work).
     assert code == 128 + 9 and budget["stopped"] and record.wall_seconds < 15, (budget, record.wall_seconds)
     assert budget["left_cgroup"]["pid"] and budget["peak_bytes"] > 270 * MIB
+    assert left - {"unified"} <= set(budget["left_cgroup"]["hierarchies"]), budget["left_cgroup"]  # v2's: one folder
     assert any("left the cgroup" in e for e in budget["enforced_by"]), budget["enforced_by"]
+
+
+def test_a_job_that_leaves_only_its_cpu_cgroup_is_seen_leaving_its_quota(store_path, capfd):
+    """On v1 the members were read from the cpuacct hierarchy: a job that wrote its pid into the cpu
+    hierarchy's parent ran outside its CPU quota, and the run still said "enforced by cgroup CPU quota"."""
+    code = main(["run", "--max-cpus", "0.5", "--", PY, str(JOBS / "leaves_cgroup.py"), "10", "1", "cpu"])
+    record = Store.open(store_path).run("last")
+    left_hierarchies(record, capfd.readouterr().out, "cpu")
+    budget = record.budget
+    assert code == 0 and budget["left_cgroup"] is not None, budget
+    assert "cpu" in budget["left_cgroup"]["hierarchies"], budget["left_cgroup"]
+    quota = next(e for e in budget["enforced_by"] if e.startswith("cgroup CPU quota"))
+    assert "left the cgroup" in quota, budget["enforced_by"]
 
 
 def test_a_double_forked_daemon_stays_in_the_watched_tree_and_is_stopped(store_path, monkeypatch, tmp_path):

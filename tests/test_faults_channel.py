@@ -239,3 +239,61 @@ def test_neither_side_of_the_channel_blocks_on_a_fifo(tmp_path, side):
             + ("c = Channel(sys.argv[1]); c.emit('x'); assert c.broken\n" if side == "hook" else
                "r = EventReader(sys.argv[1]); assert r.read_new() == [] and 'not a regular file' in r.tampered\n"))
     subprocess.run([PY, "-c", code, str(path)], check=True, timeout=20)
+
+
+def epochs_job(epochs: int, after: str = "") -> str:
+    """A job that marks a fit of ``epochs`` one-step epochs with the hook's own phases (``after``: code run
+    inside the fit after them)."""
+    return ("import tensorgauge\n"
+            "from tensorgauge.hook.channel import channel\n"
+            "with tensorgauge.phase('fit', 'fit'):\n"
+            f"    for i in range({epochs}):\n"
+            "        with tensorgauge.phase(f'epoch {i}', 'epoch'):\n"
+            "            tensorgauge.step()\n"
+            + textwrap.indent(after, "    "))
+
+
+def shown(store_path) -> str:
+    return subprocess.run([PY, "-m", "tensorgauge", "show", "last"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TENSORGAUGE_STORE": str(store_path), "COLUMNS": "200"}).stdout
+
+
+def test_past_what_a_run_keeps_each_phase_kept_keeps_its_end_and_the_steps_of_the_rest_count(store_path, monkeypatch):
+    """3,000 one-step epochs in a run that keeps 2,000 of the job's events: the fit and 999 epochs, each with
+    its end; the other epochs' steps count in the fit. Their ends used to be dropped with the rest: "fit (cut)",
+    "The job ended inside 'epoch 998'" for a job that closed every phase, and a step digest kept for each
+    epoch read (100,000 epochs: ~550 MB in the monitor)."""
+    from tensorgauge.analyse.run_report import RunReport
+    from tensorgauge.monitoring import recorder
+
+    monkeypatch.setattr(recorder, "MAX_EVENTS", 2000)
+    assert main(["run", "-q", "--", PY, "-c", epochs_job(3000)]) == 0
+    store = Store.open(store_path)
+    report = RunReport.load(store, "last")
+    fit, *epochs = report.phases
+    assert fit.name == "fit" and fit.complete and fit.steps == 3000
+    assert len(epochs) == 999 and all(p.complete for p in epochs)
+    kinds = [e.kind for e in store.events(report.record.run_id)]
+    assert kinds.count("step_digest") == kinds.count("phase_begin") == 1000
+    assert report.record.events_dropped >= 2 * 2001  # the epochs not kept, begin and end (and the hook's exit)
+    assert "(cut)" not in shown(store_path)
+
+
+def test_a_phase_whose_end_was_left_unread_reads_as_not_recorded_never_as_the_jobs_end_inside_it(store_path):
+    """Inside its fit, the job writes 20 MB of events at once through the hook's emitter: more than the
+    monitor reads after the job's end (8 MiB), so the ends of the epoch and the fit are left unread. They read
+    as not recorded, and the account says events were dropped; never "cut" nor "the job ended inside"."""
+    from tensorgauge.analyse.run_report import RunReport
+
+    flood = "for _ in range(20_000):\n    channel().emit('trace', function='f', origin='user', where='x' * 1000)\n"
+    job = epochs_job(1, after="with tensorgauge.phase('epoch 1', 'epoch'):\n" + textwrap.indent(flood, "    "))
+    done = run_monitor(["--", PY, "-c", job], {**os.environ, "TENSORGAUGE_STORE": str(store_path)}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    report = RunReport.load(Store.open(store_path), "last")
+    assert [(p.name, p.complete, p.end_dropped) for p in report.phases] == [
+        ("fit", False, True), ("epoch 0", True, False), ("epoch 1", False, True)]
+    assert report.record.events_dropped and report.record.events_dropped > 5000
+    text = shown(store_path)
+    assert "fit (end not recorded: events dropped)" in text and "(cut)" not in text
+    assert "The job ended inside" not in text
+    assert "events from the job were dropped (more than a run keeps, or lost unread); the end of 'fit'" in text

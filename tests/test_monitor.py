@@ -221,7 +221,7 @@ def test_step_times_outside_the_run_are_skipped_not_stored(tmp_path, ends, secon
 def test_a_run_keeps_at_most_max_events_of_the_jobs_own_but_every_step(tmp_path, monkeypatch):
     from tensorgauge.monitoring import recorder
 
-    monkeypatch.setattr(recorder, "MAX_EVENTS", 3)
+    monkeypatch.setattr(recorder, "MAX_EVENTS", 6)  # three phases: each is kept with room for its end
     phases = [{"t": 1000.0 + i / 100, "pid": 1, "kind": "phase_begin", "id": i, "name": f"p{i}", "phase_kind": "fit"}
               for i in range(5)]
     steps = [{"t": 1000.05 + i / 100, "pid": 1, "kind": "steps", "phase": 1, "seconds": [0.01],

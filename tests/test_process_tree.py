@@ -86,6 +86,35 @@ def test_cgroup_tree_reads_counters_not_threads(tmp_path):
     assert tree.read() is None
 
 
+def test_a_member_that_leaves_the_memory_hierarchy_between_samples_is_seen_at_the_next_memory_check(tmp_path):
+    """Near its budget the memory is read every few ms between samples: a process no longer in the memory
+    cgroup (its new pages charged elsewhere) is seen there, not only at the next sample."""
+    from tensorgauge.sources.cgroup import JobCgroup
+    from tensorgauge.sources.process_tree import CgroupProcessTree
+
+    job = subprocess.Popen([sys.executable, "-c", "import time; a = bytearray(8 << 20); print(1, flush=True); "
+                            "time.sleep(30)"], stdout=subprocess.PIPE)
+    try:
+        job.stdout.readline()  # it holds its 8 MiB
+        folders = {name: tmp_path / name for name in ("cpuacct", "memory", "cpu")}
+        for folder in folders.values():
+            folder.mkdir()
+            (folder / "cgroup.procs").write_text(f"{job.pid}\n")
+        (folders["cpuacct"] / "cpuacct.usage").write_text("1000\n")
+        (folders["cpuacct"] / "tasks").write_text(f"{job.pid}\n")
+        (folders["memory"] / "memory.usage_in_bytes").write_text("4096\n")
+        group = JobCgroup(folders["cpuacct"], folders["memory"], unified=False, quota_dir=folders["cpu"])
+        tree = CgroupProcessTree(group, root_pid=job.pid)
+        assert tree.read(io=False).processes == 1 and tree.charged_bytes(None) == 4096
+        (folders["memory"] / "cgroup.procs").write_text("")  # it wrote its pid into the parent's
+        charged = tree.charged_bytes(None)
+        assert tree.left_cgroup["pid"] == job.pid and tree.left_cgroup["hierarchies"] == ["memory"]
+        assert charged > 8 << 20, "its own memory (RSS), not the cgroup's stale charge"
+    finally:
+        job.kill()
+        job.wait()
+
+
 def test_cgroup_v2_counters(tmp_path):
     from tensorgauge.sources.cgroup import JobCgroup
 

@@ -126,6 +126,78 @@ def test_unknown_steps_per_epoch_redo_the_epoch_and_say_so():
     assert resume.describe(callback.resume, None) == "epoch 1, from its start again (its steps per epoch are unknown)"
 
 
+def fit_finishing(model, epochs, steps, callbacks, first_epoch=0):
+    """Keras' fit over callbacks with Keras' methods, in their order: the batches it finished, as (epoch,
+    batch). A call that began trains and ends before ``stop_training`` is looked at."""
+    finished = []
+    for callback in callbacks:
+        callback.on_train_begin()
+    for epoch in range(first_epoch, epochs):
+        for callback in callbacks:
+            callback.on_epoch_begin(epoch)
+        for batch in range(steps):
+            for callback in callbacks:
+                callback.on_train_batch_begin(batch)
+            finished.append((epoch, batch))
+            if model.stop_training:
+                break
+        for callback in callbacks:
+            callback.on_epoch_end(epoch)
+        if model.stop_training:
+            break
+    for callback in callbacks:
+        callback.on_train_end()
+    return finished
+
+
+class ToolCallback:
+    """The tool's Keras callback as far as the budget's listener sees it (hook.patches)."""
+
+    def __init__(self, listener, model, steps):
+        self.listener, self.model, self.steps, self.epoch = listener, model, steps, 0
+
+    def on_train_begin(self):
+        self.listener.on_train_begin(self.model, self.steps)
+
+    def on_epoch_begin(self, epoch):
+        self.epoch = epoch
+
+    def on_train_batch_begin(self, batch):
+        self.listener.on_train_batch_begin(self.model, self.epoch, batch)
+
+    def on_epoch_end(self, epoch):
+        pass
+
+    def on_train_end(self):
+        self.listener.on_train_end(self.model)
+
+
+@pytest.mark.parametrize("stop_at", [(2, 69), (2, 99), (0, 0)])
+def test_a_stopped_fit_and_its_resume_finish_each_batch_once(user_folder, monkeypatch, stop_at):
+    """The stop comes as a batch begins and Keras still trains that batch: the checkpoint saved at the
+    training's end holds it, and the resumed fit trains only the batches after it (the next epoch's
+    when it was its epoch's last) — together every batch of 5 epochs of 100, none twice."""
+    epochs, steps, begun = 5, 100, []
+    monkeypatch.setattr(budget, "stop_requested", lambda: len(begun) == stop_at[0] * steps + stop_at[1] + 1)
+    budget.state.fits = 1
+    model = Model()
+    watch = budget._StopWatch([], keras_callbacks, resumed=False)
+    tool = ToolCallback(watch, model, steps)
+    counting = types.SimpleNamespace(on_train_begin=lambda: None, on_epoch_begin=lambda epoch: None,
+                                     on_train_batch_begin=lambda batch: begun.append(batch),
+                                     on_epoch_end=lambda epoch: None, on_train_end=lambda: None)
+    stopped = fit_finishing(model, epochs, steps, [counting, tool])  # the job's callbacks first, the tool's last
+    assert stopped[-1] == stop_at
+    note = resume.pending()
+    callback = resume.resume_class(keras_callbacks)(note, "/x", True, lambda *a: None)
+    resumed_model = Model()
+    callback.set_model(resumed_model)
+    callback.params = {"steps": steps}
+    resumed = fit_finishing(resumed_model, epochs, steps, [callback], first_epoch=note.epoch)
+    assert stopped + [(e, b + (note.steps_done if e == note.epoch else 0)) for e, b in resumed] == [
+        (e, b) for e in range(epochs) for b in range(steps)]
+
+
 def test_cleaning_up_removes_only_the_tools_files(user_folder):
     own = user_folder / resume.SUBFOLDER
     own.mkdir()

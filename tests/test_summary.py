@@ -73,6 +73,20 @@ def test_account_names_the_users_own_phases_in_words():
     assert "Most of the time went to your own phases (tensorgauge.phase)" in account(phases, summary, 2.0, None)[1]
 
 
+def test_the_account_says_events_were_dropped_and_never_that_the_job_ended_inside_a_phase_whose_end_was():
+    from tensorgauge.model import Phase
+
+    summary = summarise(run_record(wall_seconds=2.0, cpu_seconds_total=1.0), [])
+    fit = Phase(name="fit", kind="fit", start=0.1, end=2.0, cpu_seconds=0.9, complete=False, end_dropped=True)
+    epoch = Phase(name="epoch 9", kind="epoch", start=1.9, end=2.0, parent=0, complete=False, end_dropped=True)
+    text = "\n".join(account([fit, epoch], summary, 2.0, None, events_dropped=75_000))
+    assert "The job ended inside" not in text
+    assert ("75,000 events from the job were dropped (more than a run keeps, or lost unread); the end of 'fit' "
+            "and 1 more phase was not recorded: their figures run to the job's end.") in text
+    epoch.end_dropped = False  # the job was killed in it
+    assert "The job ended inside 'epoch 9'" in "\n".join(account([fit, epoch], summary, 2.0, None, events_dropped=9))
+
+
 def test_memory_findings_name_the_data_set_the_growth_and_the_budget_stop():
     from tensorgauge.analyse.findings import find
 

@@ -45,7 +45,9 @@ def test_memory_budget_stops_gracefully_and_training_resumes(store_path, tg_cmd,
     assert sorted(p.name for p in own.iterdir()) == ["latest.weights.h5", "tensorgauge-resume.json",
                                                      "training_metadata.json"]
     ran = json.loads((tmp_path / "first.json").read_text())
-    stopped_in, stopped_at = ran["steps"][-1]  # the stop came as this step began: its weights hold the steps before
+    # The stop came as this step began; Keras still trained it, and the checkpoint was saved again with it in.
+    stopped_in, stopped_at = ran["finished"][-1]
+    assert ran["finished"] == ran["steps"]  # each batch that began finished
     assert stopped_in >= 1  # 8 MiB a batch reaches the soft line after ~200 batches
     finding = next(f for f in report.findings if f.id == "memory_budget")
     assert finding.severity == "high" and "Resume by running the same command again" in finding.fix
@@ -53,20 +55,22 @@ def test_memory_budget_stops_gracefully_and_training_resumes(store_path, tg_cmd,
     show = tg(tg_cmd, "show", "last")
     assert "Stopped by the memory budget" in show.stdout and "memory_budget" in show.stdout
 
-    # The same command again (the leak fixed) resumes at the step it stopped at and finishes: with the
-    # steps before the stop, it trains what an unstopped run trains, 5 epochs of 100 steps.
+    # The same command again (the leak fixed) resumes after the last batch the stopped run finished: with
+    # the batches before the stop, the job's own callback counts what an unstopped run trains, 5 epochs of
+    # 100 batches, none twice.
     second = tg(tg_cmd, "run", "-q", "--max-memory", "10%", "--checkpoint", str(checkpoint), "--",
                 PY, str(JOBS / "budget_grow.py"), str(tmp_path / "second.json"), env={**os.environ, "RESUME": "1"})
     assert second.returncode == 0, second.stderr[-2000:]
-    resumed = json.loads((tmp_path / "second.json").read_text())["steps"]
-    left = [[stopped_in, b] for b in range(100 - stopped_at)]
-    assert resumed == left + [[e, b] for e in range(stopped_in + 1, 5) for b in range(100)]
-    assert stopped_in * 100 + stopped_at + len(resumed) == 5 * 100
-    where = f"epoch {stopped_in + 1}, from step {stopped_at + 1} of 100" if stopped_at else f"epoch {stopped_in + 1}"
+    resumed = json.loads((tmp_path / "second.json").read_text())["finished"]
+    assert len(ran["finished"]) + len(resumed) == 5 * 100
+    epoch, step = (stopped_in, stopped_at + 1) if stopped_at < 99 else (stopped_in + 1, 0)  # where the resume begins
+    left = [[epoch, b] for b in range(100 - step)] if step else []
+    assert resumed == left + [[e, b] for e in range(epoch + (1 if step else 0), 5) for b in range(100)]
+    where = f"epoch {epoch + 1}, from step {step + 1} of 100" if step else f"epoch {epoch + 1}, from its start"
     assert f"resuming from the budget stop's checkpoint: {where}" in second.stderr
     record = RunReport.load(store, "last").record.budget
     assert record["stopped"] is False
-    assert record["resumed"]["epoch"] == stopped_in and record["resumed"]["step"] == stopped_at
+    assert record["resumed"]["epoch"] == epoch and record["resumed"]["step"] == step
     # The tool's files are gone once training completed; the user's folder and file are not.
     assert sorted(p.name for p in checkpoint.iterdir()) == ["my_best.weights.h5"]
     assert (checkpoint / "my_best.weights.h5").read_text() == "mine"

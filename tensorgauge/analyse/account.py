@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from tensorgauge.analyse.phases import top_level
 from tensorgauge.hook.protocol import BATCH_TRIAL_PHASE, TRAIN_LOOP, Exit, Kind
-from tensorgauge.model import Event, Phase, Summary
+from tensorgauge.model import MEMORY_MEASURES, Event, Phase, Summary
 from tensorgauge.units import format_bytes, format_seconds, format_share
 
 KIND_WORDS = {"custom": "your own phases (tensorgauge.phase)"}
@@ -76,15 +76,16 @@ MODULE_WORDS = {"tensorflow": "TensorFlow", "keras": "Keras", "jax": "JAX", "tor
 
 
 def account(phases: list[Phase], summary: Summary, wall_seconds: float, cores_allowed: float | None,
-            events: Sequence[Event] = ()) -> list[str]:
-    """Sentences, most telling first."""
+            events: Sequence[Event] = (), events_dropped: int | None = None) -> list[str]:
+    """Sentences, most telling first; ``events_dropped``: the job's events the run did not keep."""
     lines: list[str] = []
     if wall_seconds <= 0:
         return lines
     cores_note = f" of {cores_allowed:g} allowed" if cores_allowed else ""
     lines.append(f"The job ran {format_seconds(wall_seconds)} and used {summary.cpu_seconds:.2f} CPU-seconds: "
                  f"{summary.cores_busy_mean:.2f} cores busy on average{cores_note}, "
-                 f"peak {summary.cores_busy_peak:.2f}; memory (RSS) peaked at {format_bytes(summary.rss_peak_bytes)}.")
+                 f"peak {summary.cores_busy_peak:.2f}; memory (RSS, {MEMORY_MEASURES[summary.rss_peak_measure]}) "
+                 f"peaked at {format_bytes(summary.rss_peak_bytes)}.")
     if not phases:
         lines.append("No TensorFlow phases were seen (the job did not import TensorFlow, or ran with --no-hook).")
         return lines
@@ -139,7 +140,20 @@ def account(phases: list[Phase], summary: Summary, wall_seconds: float, cores_al
     if teardown and teardown[1] > 0.1 * summary.cpu_seconds:
         lines.append(f"After the job's last line, shutting Python and its frameworks down took "
                      f"{format_seconds(teardown[0])} and {teardown[1]:.2f} CPU-s.")
-    incomplete = [p for p in phases if not p.complete]
+    incomplete = [p for p in phases if not p.complete and not p.end_dropped]
     if incomplete:
         lines.append(f"The job ended inside '{incomplete[-1].name}': its figures run to the job's end.")
+    lines += _dropped(phases, events_dropped)
     return lines
+
+
+def _dropped(phases: list[Phase], events_dropped: int | None) -> list[str]:
+    """What the events the run did not keep leave out: the phases whose end may be among them."""
+    if not events_dropped:
+        return []
+    unended = [p for p in phases if p.end_dropped]
+    line = f"{events_dropped:,} events from the job were dropped (more than a run keeps, or lost unread)"
+    if unended:
+        others = f" and {len(unended) - 1} more phase{'s' if len(unended) > 2 else ''}" if len(unended) > 1 else ""
+        line += (f"; the end of '{unended[0].name}'{others} was not recorded: their figures run to the job's end")
+    return [line + "."]

@@ -8,7 +8,9 @@ distributions separate (the run's lower quartile above the baseline's upper quar
 stored step digests); past the limit but short of that it is ``within noise``, and passes. So is a time measured while other work kept the machine's cores busier
 than during the baseline (:data:`BUSIER_CORES`): the run says so. The causes name what changed in the job, the most direct first:
 how fit runs (eager, XLA, steps per execution, batch), its input pipeline's stages, the model's
-size, the input's share of the step, new findings, then the environment (:mod:`.compare`).
+size, the input's share of the step, new findings, then the environment (:mod:`.compare`). A run that
+did not complete (:mod:`.ending`: killed, stopped, exited non-zero) fails whatever its figures: they
+cover only what ran before it ended.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tensorgauge.analyse.compare import Side, environment_differences
+from tensorgauge.analyse.ending import Ending, ending
 from tensorgauge.analyse.job_changes import format_change, format_value, input_share_change, job_changes
 from tensorgauge.analyse.phases import model_calls
+from tensorgauge.model import MEMORY_MEASURES
 from tensorgauge.units import format_bytes, format_seconds
 
 # Run-to-run ratios an unchanged job reaches on a noisy 2-core VM, with a margin: below these, a
@@ -47,6 +51,7 @@ class Check:
     noise: float  # the ratio unchanged runs reach
     verdict: str = "pass"  # "pass", "within noise", "fail"
     separated: bool | None = None  # steps: the run's lower quartile above the baseline's upper one (None: not known)
+    counted: str | None = None  # what the figure counts, where a name alone does not say (the RSS peak's measure)
 
     @property
     def ratio(self) -> float:
@@ -57,7 +62,8 @@ class Check:
 
     def describe(self) -> str:
         a, b = _figure(self.baseline, self.unit), _figure(self.current, self.unit)
-        return f"{self.name}: {a} -> {b} ({format_change(self.ratio)})"
+        counted = f" ({self.counted})" if self.counted else ""
+        return f"{self.name}{counted}: {a} -> {b} ({format_change(self.ratio)})"
 
 
 @dataclass
@@ -69,6 +75,9 @@ class CheckResult:
     new_findings: list[dict] = field(default_factory=list)
     limits: Limits = field(default_factory=Limits)
     busier_cores: float | None = None  # other work on the machine during the run, against the baseline's
+    not_compared: list[str] = field(default_factory=list)  # figures the two runs measured differently, and why
+    ended: Ending = field(default_factory=lambda: Ending(True, "ended"))  # how the run ended
+    baseline_ended: Ending = field(default_factory=lambda: Ending(True, "ended"))
 
     @property
     def note(self) -> str | None:
@@ -85,13 +94,20 @@ class CheckResult:
 
     @property
     def passed(self) -> bool:
-        return not self.failed and not (self.limits.no_new_findings and self.new_findings)
+        return (self.ended.completed and not self.failed
+                and not (self.limits.no_new_findings and self.new_findings))
+
+    @property
+    def not_completed(self) -> str | None:
+        """Why the run fails whatever its figures: 'did not complete: it was killed by ... in 'epoch 2''."""
+        return None if self.ended.completed else f"did not complete: it {self.ended.describe()}"
 
     def to_dict(self) -> dict:
         return {"schema": "tensorgauge.check/1", "baseline": self.baseline, "current": self.current,
-                "passed": self.passed, "limits": asdict(self.limits), "checks": [c.to_dict() for c in self.checks],
+                "passed": self.passed, "completed": self.ended.completed, "ending": self.ended.to_dict(),
+                "limits": asdict(self.limits), "checks": [c.to_dict() for c in self.checks],
                 "causes": self.causes, "new_findings": self.new_findings, "busier_cores": self.busier_cores,
-                "note": self.note}
+                "not_compared": self.not_compared, "note": self.note}
 
 
 def _figure(value: float, unit: str) -> str:
@@ -124,15 +140,26 @@ def measure(a: Side, b: Side, limits: Limits) -> list[Check]:
     if sa.cpu_seconds > 0 and sb.cpu_seconds > 0:
         checks.append(Check("CPU time", "cpu", sa.cpu_seconds, sb.cpu_seconds, "CPU-s", 1 + limits.max_slower,
                             NOISE["cpu"]))
-    if sa.rss_peak_bytes and sb.rss_peak_bytes:
+    if sa.rss_peak_bytes and sb.rss_peak_bytes and sa.rss_peak_measure == sb.rss_peak_measure:
         checks.append(Check("RSS peak", "memory", sa.rss_peak_bytes, sb.rss_peak_bytes, "bytes",
-                            1 + limits.max_memory_growth, NOISE["memory"]))
+                            1 + limits.max_memory_growth, NOISE["memory"],
+                            counted=MEMORY_MEASURES[sa.rss_peak_measure]))
     busier = busier_by(a, b)
     for c in checks:
         if c.ratio > c.limit:
             comparable = c.measure == "memory" or busier is None or busier < BUSIER_CORES
             c.verdict = "fail" if c.ratio > c.noise and comparable and c.separated is not False else "within noise"
     return checks
+
+
+def not_compared(a: Side, b: Side) -> list[str]:
+    """The figures the baseline ``a`` and the run ``b`` measured differently: not checked, and why."""
+    sa, sb = a.report.summary, b.report.summary
+    if not (sa.rss_peak_bytes and sb.rss_peak_bytes) or sa.rss_peak_measure == sb.rss_peak_measure:
+        return []
+    return [f"RSS peak: the baseline's counts {MEMORY_MEASURES[sa.rss_peak_measure]}; this run's, "
+            f"{MEMORY_MEASURES[sb.rss_peak_measure]} (another tensorgauge version recorded it): save the "
+            "baseline again to check memory"]
 
 
 def busier_by(a: Side, b: Side) -> float | None:
@@ -159,4 +186,6 @@ def check(a: Side, b: Side, limits: Limits | None = None) -> CheckResult:
     limits = limits or Limits()
     seen = {f.id for f in a.report.findings}
     new = [{"id": f.id, "severity": f.severity, "title": f.title} for f in b.report.findings if f.id not in seen]
-    return CheckResult(a.label, b.label, measure(a, b, limits), causes(a, b, new), new, limits, busier_by(a, b))
+    return CheckResult(a.label, b.label, measure(a, b, limits), causes(a, b, new), new, limits, busier_by(a, b),
+                       not_compared(a, b), ending(b.report.record, b.report.phases),
+                       ending(a.report.record, a.report.phases))

@@ -5,6 +5,9 @@ causes which result difference, ranked by the size of the effect (pure).
 A result's ``slowdown`` is how many times longer B took than A for the same
 work (throughput A / throughput B; seconds B / seconds A): 2.0 means B is
 twice as slow, 0.5 twice as fast.
+
+A side that did not complete (:mod:`.ending`) is said first, with where it ended; a phase it cut
+is compared by its steps alone (its wall, CPU time and memory are those of a part).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
 from tensorgauge.analyse.bench import bench_results
+from tensorgauge.analyse.ending import Ending, ending
 from tensorgauge.analyse.job_changes import format_value, job_changes
 from tensorgauge.analyse.placement import gpus_seen
 from tensorgauge.hook.protocol import FitConfig
@@ -180,6 +184,17 @@ class Comparison:
     unexplained: list[Result] = field(default_factory=list)
     job_changes: list[str] = field(default_factory=list)  # what changed in the job itself (as check names it)
     largest: Result | None = None  # the phase whose wall time changed most (significantly), in seconds
+    endings: tuple[Ending, Ending] | None = None  # how A and B ended
+
+    @property
+    def cut(self) -> list[str]:
+        """A line for each side that did not complete: 'B was killed by signal 15 (SIGTERM) in 'epoch 2'...'."""
+        out = []
+        for name, ended in zip(("A", "B"), self.endings or ()):
+            if not ended.completed:
+                cut = ": the phases it cut are compared by their steps alone" if ended.where else ""
+                out.append(f"{name} {ended.describe()}{cut}.")
+        return out
 
     @property
     def headline(self) -> str | None:
@@ -191,12 +206,14 @@ class Comparison:
                 f"({format_figure(r.a, r.unit)} -> {format_figure(r.b, r.unit)}).")
 
     def to_dict(self) -> dict:
-        def side(s: Side) -> dict:
+        def side(s: Side, ended: Ending | None) -> dict:
             r = s.report.record
             return {"label": s.label, "run_id": r.run_id, "name": r.name, "started_at": r.started_at,
-                    "hostname": s.host.get("hostname")}
+                    "hostname": s.host.get("hostname"), "ending": ended.to_dict() if ended else None}
 
-        return {"schema": "tensorgauge.compare/1", "a": side(self.a), "b": side(self.b),
+        ended_a, ended_b = self.endings or (None, None)
+        return {"schema": "tensorgauge.compare/1", "a": side(self.a, ended_a), "b": side(self.b, ended_b),
+                "cut": self.cut,
                 "environment": self.environment, "results": [r.to_dict() for r in self.results],
                 "explanations": self.explanations, "unexplained": [r.to_dict() for r in self.unexplained],
                 "job_changes": self.job_changes,
@@ -250,6 +267,7 @@ MODEL_CALLS = ("fit", "evaluate", "predict")
 AMOUNTS = ("CPU-s", "bytes")  # results that are amounts used, not speeds: B uses more or less
 MIN_CPU_SECONDS = 0.05  # a phase's CPU time worth comparing
 INPUT_RESULT, COMPUTE_RESULT = "fit input per step", "fit compute per step"
+WHOLE_PHASE = ("CPU", "RSS peak")  # a call's measures of the whole phase: not those of a cut one
 
 
 def _call_results(p, q, a: Side, b: Side) -> list[Result]:
@@ -275,15 +293,21 @@ def _call_results(p, q, a: Side, b: Side) -> list[Result]:
     if p.cpu_seconds >= MIN_CPU_SECONDS and q.cpu_seconds >= MIN_CPU_SECONDS:
         out.append(Result(f"{p.name} CPU", "phase", p.kind, round(p.cpu_seconds, 3), round(q.cpu_seconds, 3),
                           "CPU-s", q.cpu_seconds / p.cpu_seconds, "CPU"))
-    if p.rss_peak_bytes and q.rss_peak_bytes:
+    if p.rss_peak_bytes and q.rss_peak_bytes and _same_memory_measure(a, b):
         out.append(Result(f"{p.name} RSS peak", "phase", "memory", p.rss_peak_bytes, q.rss_peak_bytes, "bytes",
                           q.rss_peak_bytes / p.rss_peak_bytes, "RSS peak"))
     return out
 
 
+def _same_memory_measure(a: Side, b: Side) -> bool:
+    """Both runs' RSS counts shared pages alike (an older run summed each process's)."""
+    return bool(a.report.summary.rss_peak_measure == b.report.summary.rss_peak_measure)
+
+
 def _phase_results(a: Side, b: Side) -> list[Result]:
     """Phases matched by name (the first of each name), compared by wall time; Keras' calls also
-    by their steps, CPU time and memory."""
+    by their steps, CPU time and memory. A phase cut on either side (the job ended inside it) only by
+    its steps."""
     first_b: dict = {}
     for p in b.report.phases:
         first_b.setdefault(p.name, p)
@@ -293,11 +317,12 @@ def _phase_results(a: Side, b: Side) -> list[Result]:
         if p.name in seen or q is None or p.name.startswith("bench "):
             continue
         seen.add(p.name)
-        if p.wall_seconds >= 0.05 and q.wall_seconds > 0:
+        whole = p.complete and q.complete
+        if whole and p.wall_seconds >= 0.05 and q.wall_seconds > 0:
             out.append(Result(p.name, "phase", p.kind, round(p.wall_seconds, 4), round(q.wall_seconds, 4), "s",
                               q.wall_seconds / p.wall_seconds))
         if p.kind in MODEL_CALLS and p.parent is None:
-            out += _call_results(p, q, a, b)
+            out += [r for r in _call_results(p, q, a, b) if whole or r.measure not in WHOLE_PHASE]
     return out
 
 
@@ -354,7 +379,8 @@ def _input_effect(results: list[Result], score: float) -> float:
 
 def compare(a: Side, b: Side) -> Comparison:
     """Environment differences, result differences and ranked explanations of B against A."""
-    result = Comparison(a, b, environment_differences(a, b), job_changes=job_changes(a, b))
+    result = Comparison(a, b, environment_differences(a, b), job_changes=job_changes(a, b),
+                        endings=(ending(a.report.record, a.report.phases), ending(b.report.record, b.report.phases)))
     bench = _bench_results(a, b)
     # Two bench runs: the benchmarks are the results; their inner fit/save phases would repeat them.
     result.results = bench + [r for r in _phase_results(a, b) if not bench or r.group == "import"]

@@ -26,6 +26,7 @@ from tensorgauge.hook.protocol import (
     TRAIN_LOOP,
     WINDOW_START,
     ComputeProbe,
+    FitConfig,
     FitInput,
     InputAB,
     InputProbe,
@@ -66,16 +67,32 @@ NOT_RUN = {"off": "diagnosis was off (--no-diagnose)",
            "in-process": "tensorgauge.monitor() and %%tensorgauge do not run the input A/B in the job's own process "
                          "(tensorgauge run -- python train.py does)",
            None: "the input A/B did not run (--no-diagnose, or recorded by tensorgauge.monitor())"}
+ON = ("auto", "always")  # the A/B was on: it sent no result for this fit
+
+
+def _why_not_run(events: list[Event], fit: Phase, diagnosis: str | None, cut: str | None) -> str:
+    """Why no A/B measured ``fit``: no Keras fit to run it in, the job ended inside the fit (``cut``: how
+    it ended), too few steps, or diagnosis off."""
+    on = diagnosis in ON
+    if on and _first(events, FitConfig) is None:
+        return "the input A/B runs inside Keras' fit; this fit was marked by the job's own code"
+    if on and cut and not fit.complete:
+        return f"the job {cut} before the input A/B reported"
+    if not (fit.steps or 0) > WINDOW_START:
+        return (f"the fit ran {fit.steps} steps, fewer than the {WINDOW_START + 1} the A/B waits for" if fit.steps
+                else f"no step of the fit was recorded (the A/B waits for {WINDOW_START + 1})")
+    return "the input A/B sent no result for this fit" if on else NOT_RUN.get(diagnosis, NOT_RUN[None])
 
 
 def input_split(events: list[Event], phases: list[Phase], diagnosis: str | None = None,
-                digests: list[StepDigest] | None = None) -> dict | None:
+                digests: list[StepDigest] | None = None, cut: str | None = None) -> dict | None:
     """``{"measured": bool, ...}`` for the run's training, or None when it did not train; ``diagnosis``:
-    the run's setting (:attr:`~tensorgauge.model.RunRecord.diagnosis`), which says why the A/B did not run.
+    the run's setting (:attr:`~tensorgauge.model.RunRecord.diagnosis`), and ``cut``, how a run that did not
+    complete ended (:meth:`~.ending.Ending.describe`): they say why the A/B did not run.
     With ``epoch_start_input`` where epochs paid for input as they started (:mod:`.epoch_starts`), from the
     run's step ``digests`` (default: those in ``events``), and ``stages`` (or ``stages_why``) where the
     pipeline's stages were timed (:mod:`.input_stages`)."""
-    split = _step_split(events, phases, diagnosis)
+    split = _step_split(events, phases, diagnosis, cut)
     fit = main_fit(phases)
     if split is not None and fit is not None and fit.name != TRAIN_LOOP:
         index = phases.index(fit)
@@ -96,7 +113,7 @@ def input_split(events: list[Event], phases: list[Phase], diagnosis: str | None 
     return split
 
 
-def _step_split(events: list[Event], phases: list[Phase], diagnosis: str | None) -> dict | None:
+def _step_split(events: list[Event], phases: list[Phase], diagnosis: str | None, cut: str | None) -> dict | None:
     """The input's share of a training step (see :func:`input_split`)."""
     fit = main_fit(phases)
     if fit is None:
@@ -117,10 +134,7 @@ def _step_split(events: list[Event], phases: list[Phase], diagnosis: str | None)
     if ab is None:
         if window is not None and window.get("step_seconds"):  # a run recorded before the A/B
             return _window_split(window, _first(events, ComputeProbe))
-        why = (NOT_RUN.get(diagnosis, NOT_RUN[None]) if (fit.steps or 0) > WINDOW_START else
-               f"the fit ran {fit.steps} steps, fewer than the {WINDOW_START + 1} the A/B waits for" if fit.steps
-               else f"no step of the fit was recorded (the A/B waits for {WINDOW_START + 1})")
-        return {"measured": False, "why": why}
+        return {"measured": False, "why": _why_not_run(events, fit, diagnosis, cut)}
     if ab.get("skipped") or ab.get("error"):
         why = ab.get("skipped") or f"the A/B failed: {one_line(str(ab['error']))}"
         return {"measured": False, "why": why, "allowance_seconds": ab.get("allowance_seconds")}

@@ -7,7 +7,9 @@ and GPU figures come from the samples inside the phase (columns: a day's
 864,000 samples take a few vectorised passes). Step figures come from the
 phase's step digests (:mod:`tensorgauge.steps`): the count and maximum exact,
 quantiles within 1%. A phase still open when the job ended (killed mid-fit)
-ends at the run's end, marked incomplete, its CPU taken from the samples.
+ends at the run's end, marked incomplete, its CPU taken from the samples; one
+whose end may be among events the monitor dropped (``phase_end_unrecorded``)
+too, marked ``end_dropped`` instead of cut.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from tensorgauge.hook.protocol import TRAIN_LOOP, Kind, PhaseBegin, PhaseEnd
+from tensorgauge.hook.protocol import TRAIN_LOOP, Kind, PhaseBegin, PhaseEnd, PhaseEndUnrecorded
 from tensorgauge.hook.protocol import StepDigest as DigestPayload
 from tensorgauge.model import PHASE_KINDS, Event, Phase, Sample
 
@@ -91,8 +93,6 @@ def _first_seconds(digest) -> float | None:
 def build_phases(events: list[Event], samples: SampleSeries | list[Sample], end: float | None = None,
                  digests: dict[tuple[int, object], StepDigest] | None = None) -> list[Phase]:
     """Every phase of the run, ordered by start; ``parent`` indexes this list."""
-    from tensorgauge.steps import StepDigest
-
     series = as_series(samples)
     run_end = end if end is not None else (float(series.t[-1]) if len(series) else 0.0)
     phases: list[Phase] = []
@@ -100,7 +100,7 @@ def build_phases(events: list[Event], samples: SampleSeries | list[Sample], end:
     begin_cpu: dict[int, float | None] = {}
     exact: set[int] = set()  # phases whose CPU the hook's own stamps give
 
-    begin, end_kind = Kind.PHASE_BEGIN, Kind.PHASE_END
+    begin, end_kind, unrecorded = Kind.PHASE_BEGIN, Kind.PHASE_END, Kind.PHASE_END_UNRECORDED
     for event in events:
         kind_of_event = event.kind
         if kind_of_event == begin:
@@ -128,6 +128,10 @@ def build_phases(events: list[Event], samples: SampleSeries | list[Sample], end:
             if began is not None and cpu is not None:
                 phase.cpu_seconds = max(0.0, cpu - began)
                 exact.add(index)
+        elif kind_of_event == unrecorded:
+            index = index_of.get((event.pid, event.read(PhaseEndUnrecorded).get("id")))
+            if index is not None and not phases[index].complete:
+                phases[index].end_dropped = True
 
     for index, phase in enumerate(phases):
         if index not in exact:
@@ -135,17 +139,7 @@ def build_phases(events: list[Event], samples: SampleSeries | list[Sample], end:
             phase.cpu_seconds = max(0.0, cpu_at(series, phase.end) - cpu_at(series, phase.start))
         _sample_figures(phase, series)
 
-    # A phase's steps: its own and its epochs' (one pass over the phases: linear in their number).
-    digests = step_digests(events) if digests is None else digests
-    steps_of: dict[int, StepDigest] = {}
-    for key, digest in digests.items():
-        index = index_of.get(key)
-        if index is None:
-            continue
-        steps_of.setdefault(index, StepDigest(digest.phase)).merge(digest)
-        parent = phases[index].parent
-        if phases[index].kind == "epoch" and parent is not None:
-            steps_of.setdefault(parent, StepDigest(None)).merge(digest)
+    steps_of = _steps_by_phase(step_digests(events) if digests is None else digests, index_of, phases)
     for index, digest in steps_of.items():
         if digest.count:
             phase = phases[index]
@@ -164,6 +158,30 @@ def build_phases(events: list[Event], samples: SampleSeries | list[Sample], end:
     for phase in ordered:
         phase.parent = new_index.get(phase.parent) if phase.parent is not None else None
     return ordered
+
+
+def _steps_by_phase(digests: dict[tuple[int, object], StepDigest], index_of: dict[tuple[int, object], int],
+                    phases: list[Phase]) -> dict[int, StepDigest]:
+    """Each phase's steps (by its index): its own and its epochs' (one pass over the digests: linear in
+    their number; the digests themselves are left as they are)."""
+    from tensorgauge.steps import StepDigest
+
+    steps_of: dict[int, StepDigest] = {}
+
+    def add(index: int, phase_id: int | None, digest: StepDigest) -> None:
+        if index not in steps_of:
+            steps_of[index] = StepDigest(phase_id)
+        steps_of[index].merge(digest)
+
+    for key, digest in digests.items():
+        index = index_of.get(key)
+        if index is None:
+            continue
+        add(index, digest.phase, digest)
+        parent = phases[index].parent
+        if phases[index].kind == "epoch" and parent is not None:
+            add(parent, None, digest)
+    return steps_of
 
 
 def _nest_in_loops(phases: list[Phase]) -> None:

@@ -67,9 +67,11 @@ class RunFacts:
     @functools.cached_property
     def input_split(self) -> dict | None:
         """How much of the training's step input costs (:mod:`.input_split`)."""
+        from tensorgauge.analyse.ending import cut_short
         from tensorgauge.analyse.input_split import input_split
 
-        return input_split(self.events, self.phases, self.record.diagnosis, self.step_digests)
+        return input_split(self.events, self.phases, self.record.diagnosis, self.step_digests,
+                           cut_short(self.record, self.phases))
 
     def of_kind(self, kind: str) -> list[Event]:
         return self.by_kind.get(kind, [])

@@ -65,6 +65,7 @@ class RunReport:
     @classmethod
     def build(cls, record: RunRecord, samples: SampleSeries | list[Sample], events: list[Event]) -> RunReport:
         from tensorgauge.analyse import timeline
+        from tensorgauge.analyse.ending import cut_short
         from tensorgauge.analyse.findings import find
         from tensorgauge.analyse.input_split import input_split
         from tensorgauge.analyse.memory_breakdown import (
@@ -91,7 +92,8 @@ class RunReport:
             steps.merge(digest)
         return cls(record=record, events=events, summary=summary, phases=phases, findings=findings,
                    timeline=timeline.build(series, steps, wall),
-                   input_split=input_split(events, phases, record.diagnosis, list(digests.values())),
+                   input_split=input_split(events, phases, record.diagnosis, list(digests.values()),
+                                           cut_short(record, phases)),
                    memory={"end_cause": end_cause(record, events),
                            "memory_breakdown": run_breakdown(series, events, phases),
                            "post_mortem": post_mortem(record, series, events, phases),

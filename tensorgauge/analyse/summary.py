@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorgauge.model import RunRecord, Sample, Summary, shown_metrics
+from tensorgauge.model import MemoryMeasure, RunRecord, Sample, Summary, shown_metrics
 from tensorgauge.series import SampleSeries
 
 
@@ -29,6 +29,7 @@ def summarise(record: RunRecord, samples: SampleSeries | list[Sample]) -> Summar
     mean = cpu / wall if wall > 0 else 0.0
     busy = _peak(series["cores_busy"])
     uss = _peak(series["uss_bytes"])
+    processes = int(_peak(series["processes"]) or 0)
     # The job's own processes, as sampled. Not ru_maxrss: the forked child carries the
     # monitor's memory until it execs (25 MiB for `sleep 1`).
     return Summary(
@@ -36,14 +37,23 @@ def summarise(record: RunRecord, samples: SampleSeries | list[Sample]) -> Summar
         cores_busy_mean=round(mean, 3),
         cores_busy_peak=round(max(busy if busy is not None else mean, mean), 3),
         rss_peak_bytes=int(_peak(series["rss_bytes"]) or 0),
+        rss_peak_measure=memory_measure(record, processes),
         uss_peak_bytes=int(uss) if uss is not None else None,
         threads_peak=int(_peak(series["threads"]) or 0),
-        processes_peak=int(_peak(series["processes"]) or 0),
+        processes_peak=processes,
         samples=n,
         gpu=summarise_gpus(series),
         other_cores_mean=other_cores(series),
         metrics={m.name: _mean_peak(series[m.name]) for m in shown_metrics()},
     )
+
+
+def memory_measure(record: RunRecord, processes_peak: int) -> MemoryMeasure:
+    """What the run's sampled memory counts: a run recorded before the measure was kept (or naming one this
+    version does not know) summed each process's RSS, the same figure where the job ran one process at a time."""
+    if record.memory_measure == "rss_shared_once" or processes_peak <= 1:
+        return "rss_shared_once"
+    return "rss_summed"
 
 
 def _mean_peak(values: np.ndarray) -> dict[str, float | None]:

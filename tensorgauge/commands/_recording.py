@@ -277,6 +277,7 @@ def _store_exports(store, record, exports: dict[str, dict[str, int]], err) -> di
 
 def _say_outcome(result, analysed, err) -> None:
     """The one line at the end (and a memory budget's stop, with its fix)."""
+    from tensorgauge.model import MEMORY_MEASURES
     from tensorgauge.render.terminal import outcome
     from tensorgauge.units import format_bytes, format_seconds
 
@@ -284,10 +285,12 @@ def _say_outcome(result, analysed, err) -> None:
     wall = record_.wall_seconds or 0.0
     cpu = record_.cpu_seconds_total or 0.0
     budget = record_.budget or {}
-    # Under a memory budget, its own figure (what the kernel charges): the one it acted on.
+    # Under a memory budget, its own figure (what the kernel charges): the one it acted on; each named.
+    counted = f" ({budget['memory_counted']})" if budget.get("memory_counted") else ""
     peak = (f"memory peak {format_bytes(budget.get('peak_bytes'))} of the "
-            f"{format_bytes(budget['max_memory_bytes'])} budget" if budget.get("max_memory_bytes")
-            else f"RSS peak {format_bytes(result.rss_peak_bytes)}")
+            f"{format_bytes(budget['max_memory_bytes'])} budget{counted}" if budget.get("max_memory_bytes")
+            else f"RSS peak {format_bytes(result.rss_peak_bytes)} "
+                 f"({MEMORY_MEASURES.get(str(record_.memory_measure), MEMORY_MEASURES['rss_summed'])})")
     _say(err(), f"[dim]tensorgauge: run {record_.run_id}: {outcome(record_)}, {format_seconds(wall)} wall, "
               f"{cpu:.2f} CPU-s, {cpu / wall if wall > 0 else 0.0:.2f} cores mean, {peak}, "
               f"{result.phases} phases — tensorgauge show {record_.run_id}[/dim]")

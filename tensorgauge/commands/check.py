@@ -1,5 +1,5 @@
-"""``tensorgauge check RUN --against BASELINE``: exit 0 within the limits, 1 beyond (with the causes),
-2 for bad input."""
+"""``tensorgauge check RUN --against BASELINE``: exit 0 within the limits, 1 beyond (with the causes) or
+for a run that did not complete, 2 for bad input."""
 
 from __future__ import annotations
 
@@ -80,7 +80,10 @@ def check(store: str | None, run: str, against: str, max_slower: str | None = No
         baseline = load_side(stores, resolve_baseline(stores, against))
         current = load_side(stores, run)
     result = check_sides(baseline, current, limits)
-    if not result.checks:
+    if not result.baseline_ended.completed:
+        raise TensorgaugeError(f"the baseline {baseline.label} did not complete: it "
+                               f"{result.baseline_ended.describe()}; save one from a run that completed")
+    if not result.checks and result.ended.completed:  # a cut run fails, with or without figures
         raise TensorgaugeError(f"nothing to check: {current.label} and {baseline.label} share no fit, evaluate or "
                                "predict with steps, nor CPU or memory figures")
     rendered = FORMATS[output_format](result)
@@ -97,8 +100,9 @@ VERB = "check"
 HELP = "fail a run that got slower or heavier than its baseline"
 DESCRIPTION = ("RUN against BASELINE (a named baseline, a bundle file, or a run): each fit/"
                "evaluate/predict's steady step, CPU time and RSS peak. Exit 0 within the limits "
-               "(or within the run-to-run noise), 1 beyond them, with what changed in the job, "
-               "2 for bad input.")
+               "(or within the run-to-run noise), 1 beyond them, with what changed in the job, or "
+               "when the run did not complete (killed, stopped, exited non-zero), 2 for bad input "
+               "(a baseline that did not complete among it).")
 USES_STORE = True
 
 

@@ -20,6 +20,7 @@ import sys
 
 from tensorgauge.hook import resume
 from tensorgauge.hook.channel import channel
+from tensorgauge.hook.diagnose import steps_per_call
 from tensorgauge.hook.listeners import FitCall, FitListener, on_fit, on_tensorflow
 from tensorgauge.hook.protocol import BUDGET_EXIT_CODE, GPU_MEMORY_ENV, STOP_FILE_ENV, Kind, error_text
 
@@ -28,6 +29,8 @@ class _State:
     stopping = False
     fits = 0  # fit calls so far in this process
     resumed: resume.Resume | None = None  # the stop the running fit resumed from
+    # Where the stopped fit is once the call that was beginning at the stop has trained: (epoch, steps done)
+    stopped_at: tuple[int, int] | None = None
 
 
 state = _State()
@@ -53,18 +56,50 @@ def _job_backup(callbacks):
     return next((cb for cb in callbacks or [] if type(cb).__name__ == "BackupAndRestore"), None)
 
 
-def stop_training(model, callbacks, keras_callbacks, epoch: int, batch: int) -> None:
-    """Checkpoint as BackupAndRestore does, and stop: at a batch boundary once the monitor asked.
+def stop_training(model, callbacks, keras_callbacks, epoch: int, batch: int,
+                  steps_per_epoch: int | None = None) -> None:
+    """Checkpoint as BackupAndRestore does, and stop: at a batch's begin once the monitor asked.
 
-    The weights saved hold ``batch`` steps of ``epoch`` (more when this fit resumed inside
-    that epoch): the resumed fit trains the rest (:mod:`.resume`)."""
+    The weights saved now hold ``batch`` steps of ``epoch`` (more when this fit resumed inside
+    that epoch): a job that dies before fit's end resumes from them. Keras still trains the call
+    that is beginning; :func:`checkpoint_stopped`, at the training's end, saves again with its
+    steps in, so that the resumed fit trains only the rest (:mod:`.resume`)."""
     if state.stopping:
         return
     state.stopping = True
-    checkpoint = None
     steps_done = batch
     if state.resumed is not None and state.resumed.epoch == epoch:
         steps_done += state.resumed.steps_done  # the resumed epoch counts its steps from 0 again
+    checkpoint = _checkpoint(model, callbacks, keras_callbacks, epoch, steps_done)
+    channel().emit(Kind.BUDGET_STOP, checkpoint=checkpoint, epoch=epoch, step=steps_done)
+    model.stop_training = True
+    if checkpoint is not None:
+        state.stopped_at = _after_call(epoch, steps_done + (steps_per_call(model) or 1), steps_per_epoch)
+
+
+def _after_call(epoch: int, steps_done: int, steps_per_epoch: int | None) -> tuple[int, int]:
+    """Where training stands with ``steps_done`` steps of ``epoch`` trained: the next epoch's start once
+    they are all of its steps."""
+    if steps_per_epoch and steps_done >= steps_per_epoch:
+        return epoch + 1, 0
+    return epoch, steps_done
+
+
+def checkpoint_stopped(model, callbacks, keras_callbacks) -> None:
+    """At the stopped fit's training end: the checkpoint saved again, now that the call that was
+    beginning at the stop has trained (the weights hold its steps), and the stop told with them."""
+    if state.stopped_at is None:
+        return
+    (epoch, steps_done), state.stopped_at = state.stopped_at, None
+    checkpoint = _checkpoint(model, callbacks, keras_callbacks, epoch, steps_done)
+    if checkpoint is not None:
+        channel().emit(Kind.BUDGET_STOP, checkpoint=checkpoint, epoch=epoch, step=steps_done)
+
+
+def _checkpoint(model, callbacks, keras_callbacks, epoch: int, steps_done: int) -> str | None:
+    """The weights saved with BackupAndRestore (the job's own, else one of the tool's subfolder) as
+    ``steps_done`` steps into ``epoch``, and the note that says so; the folder, or None (nothing to save
+    with, or the save failed: told)."""
     own = resume.folder()
     job_backup = _job_backup(callbacks)
     backup_class = getattr(keras_callbacks, "BackupAndRestore", None)
@@ -76,22 +111,19 @@ def stop_training(model, callbacks, keras_callbacks, epoch: int, batch: int) -> 
             backup = backup_class(own, delete_checkpoint=False)
             backup.set_model(model)
         else:
-            backup = None
-        if backup is not None:
-            backup._current_epoch, backup._last_batch_seen = epoch, steps_done
-            backup._save_model()
-            backup.delete_checkpoint = False  # fit's on_train_end must keep it
-            backup.save_freq = sys.maxsize  # and its epoch end must not mark the interrupted epoch done
-            checkpoint = backup.backup_dir
-            note = resume.note_path()
-            if note:
-                os.makedirs(os.path.dirname(note), mode=0o700, exist_ok=True)
-                resume.Resume(state.fits - 1, epoch, steps_done, own_weights=job_backup is None).save(note)
+            return None
+        backup._current_epoch, backup._last_batch_seen = epoch, steps_done
+        backup._save_model()
+        backup.delete_checkpoint = False  # fit's on_train_end must keep it
+        backup.save_freq = sys.maxsize  # and its epoch end must not mark the interrupted epoch done
+        note = resume.note_path()
+        if note:
+            os.makedirs(os.path.dirname(note), mode=0o700, exist_ok=True)
+            resume.Resume(state.fits - 1, epoch, steps_done, own_weights=job_backup is None).save(note)
+        return backup.backup_dir
     except Exception as exc:  # a full disk: stop anyway
-        checkpoint = None
         channel().emit(Kind.BUDGET_CHECKPOINT_FAILED, error=error_text(exc))
-    channel().emit(Kind.BUDGET_STOP, checkpoint=checkpoint, epoch=epoch, step=steps_done)
-    model.stop_training = True
+        return None
 
 
 def exit_if_stopped() -> None:
@@ -126,10 +158,17 @@ class _StopWatch(FitListener):
 
     def __init__(self, callbacks, keras_callbacks, resumed: bool):
         self.callbacks, self.keras_callbacks, self.resumed = callbacks, keras_callbacks, resumed
+        self.steps_per_epoch: int | None = None
+
+    def on_train_begin(self, model, steps_per_epoch: int | None) -> None:
+        self.steps_per_epoch = steps_per_epoch
 
     def on_train_batch_begin(self, model, epoch: int, batch: int) -> None:
         if stop_requested():
-            stop_training(model, self.callbacks, self.keras_callbacks, epoch, batch)
+            stop_training(model, self.callbacks, self.keras_callbacks, epoch, batch, self.steps_per_epoch)
+
+    def on_train_end(self, model) -> None:
+        checkpoint_stopped(model, self.callbacks, self.keras_callbacks)
 
     def after_fit(self, model) -> None:
         exit_if_stopped()

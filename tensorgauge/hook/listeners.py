@@ -34,6 +34,9 @@ class FitCall:
 class FitListener:
     """Sees one fit; every method is optional."""
 
+    def on_train_begin(self, model: Any, steps_per_epoch: int | None) -> None:
+        """``steps_per_epoch``: as Keras knows it (None: unknown, a dataset of unknown size)."""
+
     def on_train_batch_begin(self, model: Any, epoch: int, batch: int) -> None:
         """``batch``: the step's index in its epoch, as Keras counts it."""
 

@@ -103,6 +103,8 @@ def make_callback_class(base):
         # Phases, for use without the patches (tensorgauge.keras.Callback).
         def on_train_begin(self, logs=None):
             self._begin("fit", "fit", "fit")
+            steps = (self.params or {}).get("steps")
+            self._tell("on_train_begin", steps if isinstance(steps, int) and steps > 0 else None)
 
         def on_train_end(self, logs=None):
             self._tell("on_train_end")

@@ -233,6 +233,11 @@ class Kind:
     BATCH_SEARCH = "batch_search"  # ... and the search's result
     JOB_ERROR = "job_error"  # the exception that ended the job (its type, module, first line)
     STEP_DIGEST = "step_digest"  # written by the monitor: a phase's steps, compactly (tensorgauge.steps)
+    # written by the monitor: a phase still open at the run's end whose end may be among events lost unread
+    PHASE_END_UNRECORDED = "phase_end_unrecorded"
+
+
+MONITOR_KINDS = frozenset({Kind.STEP_DIGEST, Kind.PHASE_END_UNRECORDED})  # never the job's to write
 
 
 # -- payloads: the fields each kind carries besides the common ones ---------------
@@ -253,6 +258,10 @@ class PhaseBegin(Common, total=False):
 class PhaseEnd(Common, total=False):
     id: int
     error: str | None  # the exception's type when the phase ended by one
+
+
+class PhaseEndUnrecorded(Common, total=False):
+    id: int | None  # the phase's, as its phase_begin gave it
 
 
 class Steps(Common, total=False):
@@ -583,6 +592,7 @@ PAYLOADS: dict[str, type] = {
     Kind.PLACEMENT: Placement, Kind.DATASET: Dataset, Kind.BUDGET_STOP: BudgetStop,
     Kind.BUDGET_RESUME: BudgetResume, Kind.BUDGET_CHECKPOINT_FAILED: BudgetCheckpointFailed,
     Kind.BUDGET_GPU_MEMORY: BudgetGpuMemory, Kind.BENCH_RESULT: BenchResult, Kind.STEP_DIGEST: StepDigest,
+    Kind.PHASE_END_UNRECORDED: PhaseEndUnrecorded,
     Kind.PREDICT_PROBE: PredictProbe, Kind.MODELS_BUILT: ModelsBuilt, Kind.LOOP_INPUT: LoopInput,
     Kind.XLA_PROBE: XlaProbe, Kind.SPE_PROBE: SpeProbe,
     Kind.EAGER_PROBE: EagerProbe, Kind.FIT_INPUT: FitInput, Kind.MEMORY_FACTS: MemoryFacts, Kind.JOB_ERROR: JobError,

@@ -192,7 +192,7 @@ class Monitor:
         else:
             skip_rest = getattr(self.events, "skip_rest", None)
             if skip_rest is not None:
-                self.recorder.events_dropped += skip_rest()
+                self.recorder.lost_unread(skip_rest())
         return events + self.recorder.add([], [], force=True)
 
     def _tick_safely(self, force: bool = False) -> None:

@@ -11,6 +11,12 @@ they come: each phase's steps become ``step_digest`` events (see
 :mod:`tensorgauge.steps`), one when the phase ends and one every
 :data:`DIGEST_SECONDS` of a long phase, so a day of steps costs a few MB.
 Observers (the live view) still get every ``steps`` event.
+
+A job that writes events in a loop is held to :data:`MAX_EVENTS`: a phase is kept only with room
+for its end, which is then always kept, so a phase never reads as cut for want of room. Steps of a
+phase that was not kept count in the innermost kept phase still open in their process. A phase
+still open at the run's end while events were lost unread (left unread at the end, or lost on the
+job's full filesystem) gets a ``phase_end_unrecorded`` event: its end may have been among them.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from tensorgauge.checks import ValidationError, check_event_data, check_event_times, check_object
-from tensorgauge.hook.protocol import Env, Kind, PhaseEnd, Steps
+from tensorgauge.hook.protocol import MONITOR_KINDS, Env, Kind, PhaseBegin, PhaseEnd, Steps
 from tensorgauge.model import Event, RunRecord, Sample
 from tensorgauge.steps import FIRST_STEPS, StepDigest
 
@@ -60,60 +66,115 @@ class Recorder:
         self._events: list[Event] = []
         self._next_commit = 0.0
         self.events_skipped = 0
-        self.events_dropped = 0  # valid, but past MAX_EVENTS (or left unread at the end: see the monitor)
+        self.events_dropped = 0  # valid, but past MAX_EVENTS, or lost unread (see lost_unread)
         self._events_kept = 0
+        self._losses = 0  # times events were lost unread: a phase open across one may have lost its end
+        # pid -> {phase id: self._losses at its begin}: the kept phases not yet ended, in the order they began
+        self._open: dict[int, dict[int | None, int]] = {}
         self.phases_begun = 0
         self.seen: list[Event] = []  # events the monitor acts on (budget stops), kept in memory
         self._steps: dict[tuple[int, int | None], _OpenSteps] = {}  # (pid, phase id) -> steps not yet stored
 
+    def lost_unread(self, count: int) -> None:
+        """``count`` of the job's events were lost before they could be read (the job could not write them,
+        or they were left unread at the run's end): any phase open now may have lost its end among them."""
+        if count > 0:
+            self.events_dropped += count
+            self._losses += 1
+
     def add(self, samples: list[Sample], raw_events: list[dict], force: bool = False) -> list[Event]:
-        """Queue samples and the hook's raw events; commit when due (or ``force``).
+        """Queue samples and the hook's raw events; commit when due (or ``force``: the run's end).
         Returns the events, converted (for live observers)."""
         added: list[Event] = []
         now = self.clock.now()
         for raw in raw_events:
             lost = raw.get("lost_before") if isinstance(raw, dict) else None
             if isinstance(lost, int) and not isinstance(lost, bool) and 0 < lost < 1 << 40:
-                self.events_dropped += lost  # the job could not write them (its events' disk was full)
+                self.lost_unread(lost)  # the job could not write them (its events' disk was full)
             try:
                 event = to_event(raw, self.t0, now)
             except (TypeError, ValueError, ArithmeticError, ValidationError):
                 self.events_skipped += 1  # not ours, or damaged: skip rather than stop recording
                 continue
-            if event.kind != Kind.STEPS and not event.kind.startswith("budget"):
-                if self._events_kept >= MAX_EVENTS:
-                    self.events_dropped += 1  # a job writing events in a loop: the run stays readable
-                    continue
-                self._events_kept += 1
-            facts = event.read(Env).get("facts") if event.kind == Kind.ENV else None
-            if isinstance(facts, dict):
-                self.record.env.setdefault("job", {}).update(facts)
-                self.store.save_run(self.record)
-            added.append(event)
-            if event.kind == Kind.STEPS:
-                self._add_steps(event)
-                continue
-            if event.kind == Kind.PHASE_END:
-                self._store_steps(event.pid, event.read(PhaseEnd).get("id"), event.t, ended=True)
-            self._events.append(event)
-            if event.kind == Kind.PHASE_BEGIN:
-                self.phases_begun += 1
-            if event.kind.startswith("budget"):
-                self.seen.append(event)
+            if self._admit(event):
+                self._take(event)
+                added.append(event)
         self._samples.extend(samples)
         if force or now >= self._next_commit:
             run_now = now - self.t0
             for (pid, phase), open_steps in list(self._steps.items()):
                 if force or run_now - open_steps.since >= DIGEST_SECONDS:
                     self._store_steps(pid, phase, run_now)
+            if force:
+                self._mark_unrecorded_ends(run_now)
             self._next_commit = now + self.commit_seconds
             self.store.add(self.record.run_id, self._samples, self._events)
             self._samples, self._events = [], []
         return added
 
+    def _admit(self, event: Event) -> bool:
+        """Whether the run keeps ``event`` (else it is counted as dropped). Steps and budget events are
+        always kept; a phase's end once its begin was; a phase's begin only with room for its end too;
+        anything else while the run keeps fewer than :data:`MAX_EVENTS` of the job's events. A monitor's
+        own kind is not the job's to write: skipped."""
+        kind = event.kind
+        if kind in MONITOR_KINDS:
+            self.events_skipped += 1
+            return False
+        if kind == Kind.STEPS or kind.startswith("budget"):
+            return True
+        if kind == Kind.PHASE_END and event.read(PhaseEnd).get("id") in self._open.get(event.pid, {}):
+            return True
+        room = 2 if kind == Kind.PHASE_BEGIN else 1
+        if self._events_kept + room > MAX_EVENTS:
+            self.events_dropped += 1  # a job writing events in a loop: the run stays readable
+            return False
+        self._events_kept += room
+        return True
+
+    def _take(self, event: Event) -> None:
+        """A kept event queued for the store (a ``steps`` one into its phase's digest)."""
+        kind = event.kind
+        facts = event.read(Env).get("facts") if kind == Kind.ENV else None
+        if isinstance(facts, dict):
+            self.record.env.setdefault("job", {}).update(facts)
+            self.store.save_run(self.record)
+        if kind == Kind.STEPS:
+            self._add_steps(event)
+            return
+        if kind == Kind.PHASE_END:
+            phase = event.read(PhaseEnd).get("id")
+            self._store_steps(event.pid, phase, event.t, ended=True)
+            self._open.get(event.pid, {}).pop(phase, None)
+        self._events.append(event)
+        if kind == Kind.PHASE_BEGIN:
+            self.phases_begun += 1
+            self._open.setdefault(event.pid, {})[event.read(PhaseBegin).get("id")] = self._losses
+        if kind.startswith("budget"):
+            self.seen.append(event)
+
+    def _mark_unrecorded_ends(self, t: float) -> None:
+        """At the run's end: each kept phase still open that was open when events were lost unread gets a
+        ``phase_end_unrecorded`` event (its end may be among them; the analysis does not say the job
+        ended inside it)."""
+        for pid, phases in self._open.items():
+            for phase, losses_at_begin in list(phases.items()):
+                if losses_at_begin < self._losses:
+                    self._events.append(Event(t=t, pid=pid, kind=Kind.PHASE_END_UNRECORDED, data={"id": phase}))
+                    del phases[phase]
+
+    def _steps_phase(self, pid: int, phase: int | None) -> int | None:
+        """The phase a ``steps`` event's steps are counted in: its own when it was kept and is open, else
+        the innermost kept phase open in its process (its begin was dropped: the steps still count), else
+        None (outside any phase)."""
+        open_phases = self._open.get(pid)
+        if not open_phases:
+            return None
+        return phase if phase in open_phases else next(reversed(open_phases))
+
     def _add_steps(self, event: Event) -> None:
         steps = event.read(Steps)
-        key = (event.pid, steps.get("phase"))
+        key = (event.pid, self._steps_phase(event.pid, steps.get("phase")))
         open_steps = self._steps.get(key)
         if open_steps is None:
             open_steps = self._steps[key] = _OpenSteps(event.t, StepDigest(key[1]))
@@ -129,7 +190,8 @@ class Recorder:
         if open_steps is None or not open_steps.digest.count:
             return
         self._events.append(Event(t=t, pid=pid, kind=Kind.STEP_DIGEST, data=open_steps.digest.to_payload()))
-        open_steps.digest, open_steps.since = StepDigest(phase), t
+        if not ended:
+            open_steps.digest, open_steps.since = StepDigest(phase), t
 
 
 class _OpenSteps:

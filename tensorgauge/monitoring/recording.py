@@ -42,7 +42,8 @@ def now_iso() -> str:
 def new_record(run_id: str, command: list[str], t0: float, started_at: str | None = None,
                cwd: str | None = None, **fields: Any) -> RunRecord:
     """The record of a run that started at ``t0`` on the monitor's clock (``started_at``: now) in ``cwd``
-    (this working folder)."""
+    (this working folder). Its samples' memory counts shared pages once (the process trees' readings)."""
+    fields.setdefault("memory_measure", "rss_shared_once")
     return RunRecord(run_id=run_id, command=list(command), started_at=started_at or now_iso(),
                      cwd=cwd or working_folder(), t0_monotonic=t0, **fields)
 
@@ -110,6 +111,17 @@ class Recording:
         return None
 
     def finish(self, wait_seconds: float = STORE_WAIT_SECONDS) -> bool:
-        """The record saved, the writer closed: True if the store took what was left within ``wait_seconds``."""
+        """The record saved, the writer closed: True if the store took what was left within ``wait_seconds``.
+        What a spooled store lost as it closed (held in memory, its server not answering) is then put in the
+        record where the run waits: its spool, local, never waiting on the server."""
         self.writer.save_run(self.record)
-        return self.writer.close(wait_seconds)
+        closed = self.writer.close(wait_seconds)
+        lost, store = self.writer.state.samples_lost or None, self.writer.store
+        if lost != self.record.samples_lost and hasattr(store, "held_in_memory"):
+            self.record.samples_lost = lost
+            self.record.recording_error = self.record.recording_error or self.writer.state.error
+            try:
+                store.save_run(self.record)
+            except TensorgaugeError:
+                pass
+        return closed

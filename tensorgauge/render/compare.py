@@ -65,6 +65,8 @@ def render_compare(console: Console, comparison) -> None:
     a, b = doc["a"], doc["b"]
     console.print(f"[bold]A[/bold] {safe(a['label'])} ({a['run_id']}, {safe(str(a['hostname']))})   "
                   f"[bold]B[/bold] {safe(b['label'])} ({b['run_id']}, {safe(str(b['hostname']))})")
+    for line in doc.get("cut") or []:
+        console.print(f"[yellow]{safe(line)}[/yellow]")
     if doc["environment"]:
         table = Table(box=None, header_style="bold", title="Environment differences", title_justify="left",
                       title_style="bold")

@@ -19,6 +19,7 @@ from tensorgauge._version import __version__
 from tensorgauge.analyse.input_stages import hot_stage
 from tensorgauge.analyse.timeline import MAX_BINS
 from tensorgauge.errors import TensorgaugeError
+from tensorgauge.model import MEMORY_MEASURES
 from tensorgauge.render import charts, user_cache
 from tensorgauge.render.phase_columns import phase_columns
 from tensorgauge.render.text import sampled_figures
@@ -140,7 +141,8 @@ def _header(report) -> str:
             f"wall {_e(format_seconds(r.wall_seconds))} · exit {_e(r.exit_code if r.signal is None else 'signal ' + str(r.signal))}"
             f"</p><p class='meta'>command <code>{_e(shlex.join(r.command))}</code></p>"
             f"<p class='meta'>{s.cpu_seconds:.2f} CPU-s · cores busy mean {s.cores_busy_mean:.2f}, peak "
-            f"{s.cores_busy_peak:.2f} · RSS peak {_e(format_bytes(s.rss_peak_bytes))} · {s.samples} samples</p>"
+            f"{s.cores_busy_peak:.2f} · RSS peak {_e(format_bytes(s.rss_peak_bytes))} "
+            f"({_e(MEMORY_MEASURES[s.rss_peak_measure])}) · {s.samples} samples</p>"
             + (f"<p class='meta'>sampled: {_e(sampled)}</p>" if (sampled := sampled_figures(s)) else ""))
 
 
@@ -203,7 +205,8 @@ def _comparison_table(comparison) -> str:
                       f"<td>{_e(format_figure(r['b'], r['unit']))}</td>"
                       f"<td>{_e(format_slowdown(r['slowdown'], r['unit']))}</td></tr>" for r in doc["results"])
     why = "".join(f"<li>{_e(text)}</li>" for text in reasons(doc))
-    verdict = (f"<p>{_e(doc['headline'])}</p>" if doc.get("headline") else "") + (
+    cut = "".join(f"<p>{_e(line)}</p>" for line in doc.get("cut") or [])
+    verdict = cut + (f"<p>{_e(doc['headline'])}</p>" if doc.get("headline") else "") + (
         f"<h3>Why, most likely first</h3><ol>{why}</ol>" if why else "")
     return (f"<section class='verdict'>{verdict}</section>"
             f"<table><tr><th>environment</th><th>A</th><th>B</th></tr>{env}</table>"

@@ -13,7 +13,17 @@ from tensorgauge.analyse.memory_breakdown import describe as describe_memory
 from tensorgauge.analyse.run_list import Listing
 from tensorgauge.analyse.run_report import RunReport
 from tensorgauge.hook.protocol import JobError
-from tensorgauge.model import Event, Finding, Phase, RunRecord, Sample, Summary, payloads, shown_metrics
+from tensorgauge.model import (
+    MEMORY_MEASURES,
+    Event,
+    Finding,
+    Phase,
+    RunRecord,
+    Sample,
+    Summary,
+    payloads,
+    shown_metrics,
+)
 from tensorgauge.render.phase_columns import phase_columns
 from tensorgauge.render.text import safe, safe_cell, sampled_figures
 from tensorgauge.render.verdict import account_lines, input_line, wall_seconds
@@ -42,10 +52,15 @@ def outcome(record: RunRecord) -> str:
             return text + " (memory budget: the kernel's OOM killer at its cgroup limit)"
         return text + " (OOM killer)" if record.oom_killed else text
     # A wrapper's child killed by the kernel while the wrapper went on to exit (the job's own cgroup counted it).
-    return f"exit {record.exit_code}" + (" (OOM killer)" if record.oom_killed else "")
+    text = f"exit {record.exit_code}"
+    if budget.get("stopped") and not budget.get("graceful"):  # `run` exited 137 all the same
+        return text + (" (memory budget)" if budget.get("killed_at") is not None
+                       else " (memory budget: the kernel's OOM killer at its cgroup limit)")
+    return text + (" (OOM killer)" if record.oom_killed else "")
 
 
 ID_WIDTH = 28  # the widest id column in `runs` (ours are 20 characters)
+SUMMED_MARK = " Σ"  # a peak recorded before shared pages were counted once
 
 
 END_WORDS = {"oom_killer": "the kernel's OOM killer", "framework_oom": "the framework's allocation failed"}
@@ -80,11 +95,15 @@ def render_runs(console: Console, listing: Listing | list[RunRecord], peaks: dic
         table.add_row(("└ " if depth else "") + safe_cell(r.run_id), safe_cell(r.name or ""),
                       safe_cell(command_text(r.command, 30)),
                       safe(r.started_at[5:16].replace("T", " ")), format_seconds(r.wall_seconds), outcome(r),
-                      format_bytes(peak), f"{cores:.2f}" if cores is not None else "-")
+                      format_bytes(peak) + (SUMMED_MARK if peak and r.memory_measure is None else ""),
+                      f"{cores:.2f}" if cores is not None else "-")
         if r.run_id in listing.folded:
             count = listing.folded[r.run_id]
             table.add_row("", f"└ {count} trial run{'s' if count > 1 else ''}", *[""] * 6)
     console.print(table)
+    if any(r.memory_measure is None and peaks.get(r.run_id, (None, 0))[0] for r in records):
+        console.print(f"[dim]peak RSS counts shared pages once;{SUMMED_MARK}: recorded by an older tensorgauge, "
+                      f"{MEMORY_MEASURES['rss_summed']} where the job ran several processes[/dim]")
     if listing.folded:
         console.print("[dim]trial runs (--try-fixes' fixes, pytest --tensorgauge's tests) are counted under the run "
                       "they belong to: tensorgauge runs --all lists them[/dim]")
@@ -110,9 +129,16 @@ def phase_table(phases: list[Phase], wall_seconds: float, max_rows: int = 60) ->
         if shown >= max_rows:
             table.add_row(f"… {len(phases) - shown} more (tensorgauge show RUN --json)", *[""] * len(columns))
             break
-        name = "  " * depth + safe(phase.name) + ("" if phase.complete else " [red](cut)[/red]")
+        name = "  " * depth + safe(phase.name) + _end_note(phase)
         table.add_row(name, *(cell(phase) for _, cell in columns))
     return table
+
+
+def _end_note(phase: Phase) -> str:
+    """After a phase's name: nothing when its end was recorded, else whether the job ended inside it."""
+    if phase.complete:
+        return ""
+    return " [yellow](end not recorded: events dropped)[/yellow]" if phase.end_dropped else " [red](cut)[/red]"
 
 
 def gpu_budget_note(budget: dict) -> str:
@@ -213,7 +239,8 @@ def render_run(console: Console, report: RunReport) -> None:
                   f"peak {s.cores_busy_peak:.2f}")
     # USS is read every few seconds: a figure read once or twice is no peak.
     uss = f"  USS max {format_bytes(s.uss_peak_bytes)} (of readings every 5 s)" if s.uss_peak_bytes else ""
-    console.print(f"  memory   RSS peak {format_bytes(s.rss_peak_bytes)}{uss}   threads peak {s.threads_peak}"
+    console.print(f"  memory   RSS peak {format_bytes(s.rss_peak_bytes)} ({MEMORY_MEASURES[s.rss_peak_measure]})"
+                  f"{uss}   threads peak {s.threads_peak}"
                   f"   processes peak {s.processes_peak}   samples {s.samples}")
     sampled = sampled_figures(s, leave_out=ON_THE_CPU_AND_MEMORY_LINES)
     if sampled:

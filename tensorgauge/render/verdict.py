@@ -23,4 +23,5 @@ def input_line(report: RunReport) -> str | None:
 def account_lines(report: RunReport) -> list[str]:
     """The plain-words account, most telling sentence first."""
     cores_allowed = (report.record.env.get("host") or {}).get("cores_allowed")
-    return account(report.phases, report.summary, wall_seconds(report), cores_allowed, report.events)
+    return account(report.phases, report.summary, wall_seconds(report), cores_allowed, report.events,
+                   report.record.events_dropped)

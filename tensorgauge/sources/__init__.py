@@ -19,7 +19,7 @@ class TreeReading:
     :class:`~tensorgauge.model.Sample` field lands in it as it is (see the sampler)."""
 
     cpu_seconds: float
-    rss_bytes: int
+    rss_bytes: int  # shared pages counted once (see process_tree)
     threads: int
     processes: int
     read_bytes: int | None = None

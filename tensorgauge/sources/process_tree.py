@@ -20,10 +20,15 @@ not notice being watched.
   at most every ``refresh_seconds``.
 - I/O counters use psutil, USS/PSS ``/proc/PID/smaps_rollup``; the sampler asks for them rarely.
 
+A reading's ``rss_bytes`` counts the pages the tree's processes share once: the largest process's RSS
+plus the others' private memory (:class:`~.shared_memory.ResidentOnce`), so a forked child is not
+its parent's memory again.
+
 What a memory budget counts (:meth:`charged_bytes`) is what the kernel charges: the cgroup's own
 charge where the tree is a cgroup's, else RSS with pages shared between the tree's processes counted
 once (:mod:`.shared_memory`). A job that leaves its cgroup (writes its pid into another's
-``cgroup.procs``) is seen leaving, and watched as a process tree from then (``left_cgroup``).
+``cgroup.procs``, in any one v1 hierarchy) is seen leaving, and watched as a process tree from then
+(``left_cgroup``).
 Orphans the monitor adopted as a subreaper (:mod:`.reaper`) are part of the tree.
 
 Where /proc is missing (not Linux) everything falls back to psutil. CPU time
@@ -40,7 +45,7 @@ import psutil
 
 from tensorgauge.sources import TreeReading
 from tensorgauge.sources.reaper import Adopted
-from tensorgauge.sources.shared_memory import SharedOnce, read_rollup
+from tensorgauge.sources.shared_memory import ResidentOnce, SharedOnce, read_rollup
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -147,6 +152,7 @@ class _Tree:
 
         self._clock = clock or MonotonicClock()
         self._shared = SharedOnce(self._clock.now)
+        self._resident = ResidentOnce(self._clock.now)  # the samples' memory: shared pages counted once
         self._pids: list[int] = []
         self._cpu_max = 0.0
         self._psutil: dict[int, psutil.Process] = {}  # kept: psutil caches per-object state
@@ -218,6 +224,7 @@ class _Tree:
         refreshes what the budget counts (:class:`~.shared_memory.SharedOnce`)."""
         uss = pss = 0
         rss, pss_by_pid = {}, {}
+        uss_by_pid: dict[int, tuple[int, int]] = {}
         for pid in self._pids:
             private = read_rollup(pid) if _HAVE_PROC else None
             if private is None:
@@ -233,9 +240,11 @@ class _Tree:
             pss += private[1]
             pss_by_pid[pid] = private[1]
             rss[pid] = read_rss(pid) or private[1]
+            uss_by_pid[pid] = (private[0], rss[pid])
         if not self._pids:
             return None, None
         self._shared.rebase(rss, pss_by_pid)
+        self._resident.note(uss_by_pid)
         return uss, pss
 
     def charged_bytes(self, line_bytes: int | None) -> int | None:
@@ -277,7 +286,8 @@ class ProcfsProcessTree(_Tree):
     def read(self, io: bool = True) -> TreeReading | None:
         self._refresh()
         cpu = 0.0
-        rss = threads = 0
+        threads = 0
+        rss: dict[int, int] = {}
         alive = []
         for pid in self._pids:
             stat = read_stat(pid)
@@ -287,14 +297,21 @@ class ProcfsProcessTree(_Tree):
             self._note(pid, stat[2])
             cpu += stat[0]
             threads += stat[1]
-            rss += stat[2]
+            rss[pid] = stat[2]
         self._pids = alive
         if not alive:
             return None
         read_bytes, write_bytes = self._io(alive) if io else (None, None)
-        return TreeReading(cpu_seconds=self._monotonic_cpu(cpu), rss_bytes=rss, threads=threads,
-                           processes=len(alive), read_bytes=read_bytes, write_bytes=write_bytes,
+        return TreeReading(cpu_seconds=self._monotonic_cpu(cpu), rss_bytes=self._resident.total(rss),
+                           threads=threads, processes=len(alive), read_bytes=read_bytes, write_bytes=write_bytes,
                            open_fds=self._open_fds(alive) if io else None, pids=tuple(alive))
+
+
+def _still_running(pids: list[int], inside: set[int] | None) -> int | None:
+    """The first of ``pids`` that is not ``inside`` (a cgroup's members) and still runs (holds memory)."""
+    if inside is None:
+        return None
+    return next((pid for pid in pids if pid not in inside and read_rss(pid)), None)
 
 
 LEFT_CHECK_SECONDS = 1.0  # how often the tree's processes are checked to be members of the cgroup
@@ -319,12 +336,16 @@ class CgroupProcessTree(_Tree):
         self._next_check = 0.0
 
     def _left(self, members: list[int]) -> int | None:
-        """A process of the job's tree that is not in its cgroup, if any."""
+        """A process of the job's tree that is not in its cgroup (in every hierarchy of it), if any: the job,
+        a member at the last reading, or (every :data:`LEFT_CHECK_SECONDS`) any other."""
         if self.root_pid is None:
             return None
         inside = set(members)
         if self.root_pid not in inside:
             return self.root_pid if read_stat(self.root_pid) is not None else None
+        gone = _still_running(self._pids, inside)
+        if gone is not None:
+            return gone
         now = self._clock.now()
         if now < self._next_check:
             return None
@@ -333,12 +354,13 @@ class CgroupProcessTree(_Tree):
                      if pid not in inside and read_stat(pid) is not None), None)
 
     def _watch_outside(self, pid: int) -> None:
-        self.left_cgroup = {"pid": pid, "name": read_name(pid), "at": self._clock.now()}
+        self.left_cgroup = {"pid": pid, "name": read_name(pid), "at": self._clock.now(),
+                            "hierarchies": self.group.outside(pid)}
         assert self.root_pid is not None
         self._outside = ProcfsProcessTree(self.root_pid, clock=self._clock, adopted=self.adopted)
 
     def read(self, io: bool = True) -> TreeReading | None:
-        members = self.group.pids()
+        members = self.group.members()
         if self._outside is None and (gone := self._left(members)) is not None:
             self._watch_outside(gone)
         cpu = self.group.cpu_seconds()
@@ -357,7 +379,7 @@ class CgroupProcessTree(_Tree):
         self._forget_ended()
         if not self._pids or cpu is None:
             return None
-        rss = sum(r for _, r in resident)
+        rss = self._resident.total(dict(resident))
         threads = self.group.threads() or len(self._pids)
         read_bytes, write_bytes = self._io(self._pids) if io else (None, None)
         return TreeReading(cpu_seconds=self._monotonic_cpu(self.cpu_before_seconds + cpu), rss_bytes=rss,
@@ -377,6 +399,10 @@ class CgroupProcessTree(_Tree):
     def charged_bytes(self, line_bytes: int | None) -> int | None:
         """The cgroup's charge (its working set); the tree's own count once the job left the cgroup,
         or where the cgroup has no memory controller."""
+        if self._outside is None and self.root_pid is not None:
+            gone = _still_running(self._pids, self.group.memory_members())
+            if gone is not None:  # its memory is charged elsewhere from now on
+                self._watch_outside(gone)
         if self._outside is not None:
             return self._outside.charged_bytes(line_bytes)
         charged = self.group.memory_charged_bytes()

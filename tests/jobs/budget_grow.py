@@ -1,6 +1,6 @@
 """Trains 5 epochs of 100 batches; grows 8 MiB a batch (a leak) unless RESUME=1.
-Writes the epochs it ran, each step it began as [epoch, batch], and the affinity/thread
-settings it saw to argv[1]."""
+Writes the epochs it ran, each step it began and each it finished as [epoch, batch], and the
+affinity/thread settings it saw to argv[1]."""
 
 import json
 import os
@@ -10,7 +10,7 @@ import keras
 import numpy as np
 
 resume = os.environ.get("RESUME") == "1"
-hog, epochs, steps = [], [], []
+hog, epochs, steps, finished = [], [], [], []
 
 
 class Grow(keras.callbacks.Callback):
@@ -21,13 +21,14 @@ class Grow(keras.callbacks.Callback):
         steps.append([epochs[-1], batch])
 
     def on_train_batch_end(self, batch, logs=None):
+        finished.append([epochs[-1], batch])
         if not resume:
             hog.append(np.ones(8 << 20, np.uint8))
 
 
 def report():
     with open(sys.argv[1], "w") as f:
-        json.dump({"epochs": epochs, "steps": steps, "affinity": len(os.sched_getaffinity(0)),
+        json.dump({"epochs": epochs, "steps": steps, "finished": finished, "affinity": len(os.sched_getaffinity(0)),
                    "intra": os.environ.get("TF_NUM_INTRAOP_THREADS")}, f)
 
 
