@@ -27,6 +27,7 @@ from tensorgauge.commands import (
     rm,
     run,
     runs,
+    ship,
     show,
 )
 from tensorgauge.errors import TensorgaugeError
@@ -41,8 +42,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 # One module per verb, each declaring its name, help, flags (``add_arguments``) and entry (``main``).
-COMMANDS = (run, runs, show, rm, prune, devices, env, bench, report, export, import_bundle, compare, check, baseline,
-            explain, demo)
+COMMANDS = (run, runs, show, rm, prune, ship, devices, env, bench, report, export, import_bundle, compare, check,
+            baseline, explain, demo)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -99,12 +99,23 @@ class StoreWriter:
                        f"the store did not answer within {timeout_seconds:g} s of the job's end")
         drain = getattr(self.store, "drain", None)  # a spooled store: its data wait on this machine
         if drain is not None and not drain(max(0.0, began + timeout_seconds - time.monotonic())):
+            self._lose_held()
             if self.state.error is None:
                 self.state.error = (f"the store did not take the run in time ({self.store.ship_error or 'busy'}): "
-                                    f"its data wait in {self.store.where} and go to the store with the next "
-                                    "'tensorgauge run' into it from this machine")
+                                    f"its data wait in {self.store.where}; the next 'tensorgauge run' into the "
+                                    "store from this machine ships them as it ends, 'tensorgauge ship' does now")
             return False
         return flushed and self._record is None
+
+    def _lose_held(self) -> None:
+        """What a spooled store held in memory (its disk refused it) and its store did not take: lost with
+        this process (the run's last record among it: the run will read as cut short)."""
+        samples, events, record = self.store.held_in_memory()
+        if samples or events or record:
+            what = "samples" if not record else "the run's last record" + (" and samples" if samples or events else "")
+            self._lose(samples, events, f"the store did not take the run in time ({self.store.ship_error or 'busy'}) "
+                                        f"and what the disk under its spool refused ({what}), held in memory, "
+                                        "is lost")
 
     # -- the writer's thread ----------------------------------------------------------
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import random
-import re
 import threading
 import time
 
 from tensorgauge.errors import StoreError, StoreUnreachable
+from tensorgauge.redaction import UrlSecrets
 from tensorgauge.store import schema
 from tensorgauge.store.location import local_data_dir
 from tensorgauge.store.sqlite import check_version
@@ -24,61 +24,39 @@ SHIPPED_TABLE = "CREATE TABLE IF NOT EXISTS tensorgauge_shipped (run_id TEXT PRI
 SECRET_PARAMETERS = ("password", "sslpassword", "sslkey", "passfile", "sslcert", "sslrootcert", "sslcrl")
 
 
-def _user_password(url: str) -> tuple[int, int] | None:
-    """Where the password of ``scheme://user:password@host`` lies in ``url``: from the first ':' after the
-    scheme to the *last* '@', so that a password holding '@', '/' or ':' is all of it (libpq would stop
-    at its first '@' or '/', and name the rest as a host or a database in its message)."""
-    start = url.find("://")
-    if start < 0:
-        return None
-    start += 3
-    at = url.rfind("@")
-    colon = url.find(":", start, at if at >= 0 else start)
-    return (colon + 1, at) if at > start and colon >= 0 else None
+class _LibpqSecrets(UrlSecrets):
+    """A PostgreSQL URL's secrets: its password and secret parameters (the user name is no secret), and
+    the value of every secret parameter whatever the spelling of its name (libpq's own parser, psycopg's
+    ``conninfo_to_dict``, reads them)."""
+
+    def found(self, url: str) -> list[str]:
+        found = super().found(url)
+        try:
+            from psycopg.conninfo import conninfo_to_dict
+
+            found += [str(v) for k, v in conninfo_to_dict(url).items() if k in SECRET_PARAMETERS and v]
+        except Exception:  # psycopg missing, or a URL libpq does not take: what is found above
+            pass
+        return found
+
+
+_SECRETS = _LibpqSecrets(parameters="|".join(SECRET_PARAMETERS), user=False)
 
 
 def secrets(url: str) -> list[str]:
-    """Every spelling of a secret ``url`` holds, longest first: its password as written, percent-decoded,
-    and in the pieces libpq may cut it into ('@', '/', ':'), and the value of every secret parameter
-    (whatever the spelling of its name: libpq's own parser, psycopg's ``conninfo_to_dict``, reads them)."""
-    from urllib.parse import unquote
-
-    found = []
-    where = _user_password(url)
-    if where:
-        found.append(url[where[0]:where[1]])
-    names = "|".join(SECRET_PARAMETERS)
-    found += re.findall(rf"(?i)[?&](?:{names})=([^&#]*)", url)
-    try:
-        from psycopg.conninfo import conninfo_to_dict
-
-        found += [str(v) for k, v in conninfo_to_dict(url).items() if k in SECRET_PARAMETERS and v]
-    except Exception:  # psycopg missing, or a URL libpq does not take: what is found above
-        pass
-    spellings = set()
-    for secret in found:
-        spellings |= {secret, unquote(secret), *re.split(r"[@/:?#&]", secret)}
-    return sorted((s for s in spellings if len(s) >= 3 and s != "***"), key=len, reverse=True)
+    """Every spelling of a secret ``url`` holds, longest first (:meth:`UrlSecrets.spellings`)."""
+    return _SECRETS.spellings(url)
 
 
 def redact(url: str) -> str:
     """The URL without its secrets, for messages: the password in the user part, and the value of every
     parameter that holds a secret or names where one is kept (``password=``, ``sslpassword=``...)."""
-    where = _user_password(url)
-    masked = url[:where[0]] + "***" + url[where[1]:] if where else url
-    names = "|".join(SECRET_PARAMETERS)
-    masked = re.sub(rf"(?i)([?&](?:{names})=)[^&#]*", r"\1***", masked)
-    for secret in secrets(url):  # spelt another way (percent-encoded, in the path): not shown at all
-        masked = masked.replace(secret, "***")
-    return masked
+    return _SECRETS.redact(url)
 
 
 def scrub(text: str, url: str) -> str:
     """``text`` (libpq's message, which may quote the URL or a piece of it) with no secret of ``url`` in it."""
-    text = text.replace(url, redact(url))
-    for secret in secrets(url):
-        text = text.replace(secret, "***")
-    return text
+    return _SECRETS.scrub(text, url)
 
 
 # How the server (or the link to it) refuses a connection, told apart by what it answers: libpq gives no
@@ -91,7 +69,8 @@ _BUSY = ("too many clients", "remaining connection slots", "too many connections
 _TRANSIENT = (*_BUSY, "the database system is", "connection refused", "timeout expired", "timed out",
               "server closed the connection", "no route to host", "network is unreachable", "could not receive data", "out of memory",
               "could not fork", "terminating connection", "connection reset", "server is shutting down",
-              "could not send data", "cannot connect now", "not currently accepting connections")
+              "could not send data", "cannot connect now", "not currently accepting connections",
+              "error response during ssl exchange")  # a refusal (starting, stopping) sent before TLS is agreed
 _FATAL = ("password authentication failed", "authentication failed", "no pg_hba.conf entry", "does not exist",
           "permission denied", "invalid", "failed to resolve host", "could not translate host name", "ssl",
           "unsupported", "requires a password", "no password supplied")

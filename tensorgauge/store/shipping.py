@@ -5,7 +5,9 @@ connection made for that transaction and let go after it. A store that refuses (
 up, down) is tried again later, waiting longer each time (with jitter, so a fleet does not come back all at
 once); nothing is lost meanwhile.
 At the run's end it is tried every :data:`DRAIN_RETRY_SECONDS`, so a store back up is not missed (every
-:data:`DRAIN_BUSY_RETRY_SECONDS` at most while it refuses for want of free connection slots).
+:data:`DRAIN_BUSY_RETRY_SECONDS` at most while it refuses for want of free connection slots). Once it has
+the run, the spools earlier runs on this machine left for it are shipped too, for
+:data:`LEFTOVER_SECONDS` at most (also once during the run, and by ``tensorgauge ship``: :func:`ship_spools`).
 
 Exactly once, in order: one transaction ships the oldest batches, the run's latest record, and the last
 batch number shipped (table ``tensorgauge_shipped``); the spool drops them only after it committed, and
@@ -18,12 +20,14 @@ grows with each transaction (it is replaced) until it holds :data:`~.schema.CHUN
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -41,7 +45,7 @@ from tensorgauge.store.runs import (
     _samples,
 )
 from tensorgauge.store.schema import CHUNK_SAMPLES
-from tensorgauge.store.spool import Spool, spool_folder
+from tensorgauge.store.spool import Spool, empty_spools, remove_spool, spool_folder, waiting_spools
 
 if TYPE_CHECKING:
     from tensorgauge.series import SampleSeries
@@ -63,6 +67,7 @@ DRAIN_STALL_SECONDS = 15.0  # at a run's end: its spool is shipped while the sto
 # ... this many times as long while the store refuses for lack of free connection slots: it is serving others.
 # 30 workers on 10 slots of a 2-core machine, each ending at once: one waited over 15 s for a slot in 1 run of 3.
 BUSY_STALL_FACTOR = 4
+LEFTOVER_SECONDS = 10.0  # at a run's end, once the store has it: how long the spools earlier runs left are shipped
 # Once the store took the whole run, the reads of its analysis try again this long a store that refuses them
 # for now (its slots taken, or too busy to answer in time: the fleet's other workers are ending too).
 SESSION_WAIT_SECONDS = 30.0
@@ -202,6 +207,9 @@ class SpooledStore(Store):
         self._draining = False  # the run has ended: refusals are retried every DRAIN_RETRY_SECONDS
         self._took_all = False  # ... and the store took all of it: it answers, though maybe busy
         self._thread: threading.Thread | None = None
+        self._told_refused = False
+        self._leftovers_until: float | None = None  # the run is in: ship the leftovers until then (monotonic)
+        self._leftovers_done = threading.Event()
 
     @property
     def session_wait_seconds(self) -> float:
@@ -223,9 +231,13 @@ class SpooledStore(Store):
 
     def _shipper(self, run_id: str) -> Shipper:
         if self.shipper is None:
-            path = spool_folder(self.data_dir) / f"{run_id}.db"
-            spool = Spool(path, self.location, run_id)
-            _lock_file(path)  # held while this process lives: no other ships it meanwhile
+            try:
+                spool = Spool(spool_folder(self.data_dir) / f"{run_id}.db", self.location, run_id,
+                              hold_when_refused=True)
+            except StoreError as exc:  # no folder for it: the run is held in memory until shipped
+                spool = Spool(None, refused=str(exc))
+            if spool.path is not None and spool.on_disk:
+                _lock_file(spool.path)  # held while this process lives: no other ships it meanwhile
             self.shipper = self.shipper_type(spool, run_id)
             self._thread = threading.Thread(target=self._loop, name="tensorgauge-shipper", daemon=True)
             self._thread.start()
@@ -235,8 +247,9 @@ class SpooledStore(Store):
 
     def add(self, run_id: str, samples: list[Sample], events: list[Event]) -> None:
         if (samples or events) and not self.removed:
-            self._shipper(run_id).spool.append([_row(SAMPLE_COLUMNS, s) for s in samples],
-                                               [_row(EVENT_COLUMNS, e) for e in events])
+            spool = self._shipper(run_id).spool
+            spool.append([_row(SAMPLE_COLUMNS, s) for s in samples], [_row(EVENT_COLUMNS, e) for e in events])
+            self._tell_refused(spool)
 
     def save_run(self, record: RunRecord, create: bool = True) -> bool:
         if self.removed:
@@ -244,7 +257,29 @@ class SpooledStore(Store):
         shipper = self._shipper(record.run_id)
         shipper.spool.set_record(record.to_dict())
         shipper.record_dirty = True
+        self._tell_refused(shipper.spool)
         return True
+
+    def _tell_refused(self, spool: Spool) -> None:
+        """Where the disk refused the spool and the run is held in memory: shipped now (what is in memory
+        dies with the monitor), not in :data:`SHIP_SECONDS`, unless the store is refusing (its retries keep
+        their pace); and said once."""
+        if spool.held() == (0, 0) and not spool.record_held:
+            return
+        if self.ship_error is None:
+            self._wake.set()
+        if not self._told_refused:
+            self._told_refused = True
+            if self.notify is not None:
+                self.notify(f"{spool.refused}: the run's data are held in memory until the store takes them")
+
+    def held_in_memory(self) -> tuple[int, int, bool]:
+        """(samples, events, whether its latest record) of the run the disk refused and the store does not
+        have yet."""
+        if self.shipper is None:
+            return 0, 0, False
+        spool = self.shipper.spool
+        return *spool.held(), spool.record_held and self.shipper.record_dirty
 
     def reconnect(self) -> bool:
         return True  # the spool always answers
@@ -266,7 +301,23 @@ class SpooledStore(Store):
                 break
             time.sleep(0.05)
         self._took_all = self._shipped_all()
+        if self._took_all:
+            self._drain_leftovers(min(began + timeout_seconds, time.monotonic() + LEFTOVER_SECONDS))
+        else:  # the run's end is over: a transaction under way settles before what is left is counted
+            self._stop_shipping()
         return self._took_all
+
+    def _drain_leftovers(self, until: float) -> None:
+        """The store has the run: the spools earlier runs left for it shipped by the shipper's thread, until
+        ``until`` (monotonic) at most; what is left then waits for the next run."""
+        own = self.shipper.spool.path if self.shipper else None
+        if until <= time.monotonic() or not any(path != own for _, path, _ in
+                                                waiting_spools(self.data_dir, self.location)):
+            return
+        self._leftovers_done.clear()
+        self._leftovers_until = until
+        self._wake.set()
+        self._leftovers_done.wait(max(0.0, until - time.monotonic()))
 
     def _serving_others(self) -> bool:
         """Whether the store's last refusal says it is up and serving others: its connection slots taken, or
@@ -284,11 +335,15 @@ class SpooledStore(Store):
         finally:
             self._lock.release()
 
-    def close(self) -> None:
+    def _stop_shipping(self) -> None:
+        """The shipper's thread stopped: its transaction under way given :data:`CLOSE_WAIT_SECONDS`."""
         self._stop = True
         self._wake.set()
         if self._thread is not None:
             self._thread.join(CLOSE_WAIT_SECONDS)
+
+    def close(self) -> None:
+        self._stop_shipping()
         if self.shipper is not None and self._lock.acquire(timeout=CLOSE_WAIT_SECONDS):
             try:
                 self.shipper.spool.close(remove=self.shipper.empty())
@@ -314,17 +369,20 @@ class SpooledStore(Store):
                         pass  # a backlog: all of it, a transaction at a time
                 self.ship_error = None
                 pause = self.ship_seconds if self._draining else self._pace()
-                if not leftovers_done:
-                    leftovers_done = True
-                    try:
-                        self._ship_leftovers()
-                    except Exception:  # noqa: BLE001 (another run's spool: never stop shipping this run's)
-                        pass
             except StoreError as exc:
                 self.ship_error = str(exc)
                 longest = RETRY_MAX_SECONDS if not self._draining else \
                     DRAIN_BUSY_RETRY_SECONDS if self._serving_others() else DRAIN_RETRY_SECONDS
                 pause = min(longest, max(pause, 0.5) * 2)
+                if self._leftovers_until is not None:  # the store stopped answering: the leftovers wait
+                    self._leftovers_until = None
+                    self._leftovers_done.set()
+                continue
+            if self._leftovers_until is not None:  # the run's end: the store has all of it
+                self._leftovers_at_end(self._leftovers_until)
+            elif not leftovers_done:  # once while the job runs, yielding to the run's own end
+                leftovers_done = True
+                self._ship_leftovers(lambda: self._stop or self._draining)
 
     def _pace(self) -> float:
         """Seconds to the next transaction while the job runs: :data:`SHIP_SECONDS`, or
@@ -334,20 +392,72 @@ class SpooledStore(Store):
         latency = self.shipper.latencies[-1] if self.shipper and self.shipper.latencies else 0.0
         return min(SHIP_MAX_SECONDS, max(self.ship_seconds, SHIP_LATENCY_FACTOR * latency))
 
-    def _ship_leftovers(self) -> None:
-        """Ship the spools other runs left for this store on this machine (not held by a live monitor)."""
-        from tensorgauge.store.spool import waiting_spools
+    def _leftovers_at_end(self, until: float) -> None:
+        """The spools earlier runs left, shipped until ``until`` (monotonic); then :meth:`drain` is told."""
+        self._ship_leftovers(lambda: self._stop or time.monotonic() > until)
+        self._leftovers_until = None
+        self._leftovers_done.set()
 
-        own = self.shipper.spool.path if self.shipper else None
-        for run_id, path, _ in waiting_spools(self.data_dir, self.location):
-            if path == own or self._stop or self._draining or not _lock_file(path):
-                continue  # at the run's end, its own spool first: the rest waits for the next run
-            spool = Spool(path)
-            shipper = Shipper(spool, run_id)
-            with self._lock:
-                while shipper.ship(self) and not (self._stop or self._draining):
-                    pass
-                spool.close(remove=shipper.empty())
+    def _ship_leftovers(self, stop: Callable[[], bool]) -> None:
+        """Ship the spools other runs left for this store on this machine, until ``stop()``."""
+        try:
+            ship_spools(self, stop, skip=self.shipper.spool.path if self.shipper else None, lock=self._lock)
+        except Exception:  # noqa: BLE001 (another run's spool: never stop shipping this run's)
+            pass
+
+
+def ship_spools(store: Store, stop: Callable[[], bool] = lambda: False, skip: Path | None = None,
+                lock: contextlib.AbstractContextManager | None = None,
+                shipped: Callable[[str, int], None] | None = None) -> int:
+    """Ship the spools runs left on this machine for ``store`` (but ``skip``, and those another process
+    holds: a live monitor's own), each in order and exactly once, a transaction at a time (each under
+    ``lock``) until ``stop()``; ``shipped(run id, samples)`` is told of each spool shipped whole. Returns
+    how many spools still wait."""
+    _remove_empty(store.data_dir)
+    left = 0
+    for run_id, path, _ in waiting_spools(store.data_dir, store.location):
+        if path == skip:
+            continue
+        if stop() or not _lock_file(path):
+            left += 1
+            continue
+        try:
+            samples = _ship_spool(store, Spool(path), run_id, stop, lock or contextlib.nullcontext())
+        finally:
+            _unlock_file(path)
+        if samples is None:
+            left += 1
+        elif shipped is not None:
+            shipped(run_id, samples)
+    return left
+
+
+def _remove_empty(data_dir: Path) -> None:
+    """The spool files holding nothing (see :func:`~.spool.empty_spools`) that no process holds, removed."""
+    for path in empty_spools(data_dir):
+        if _lock_file(path):
+            try:
+                remove_spool(path)
+            finally:
+                _unlock_file(path)
+
+
+def _ship_spool(store: Store, spool: Spool, run_id: str, stop: Callable[[], bool],
+                lock: contextlib.AbstractContextManager) -> int | None:
+    """One spool into ``store``, its file removed once all of it is there: the samples shipped, or None
+    while some still wait (``stop()``)."""
+    shipper = Shipper(spool, run_id)
+    empty = False
+    try:
+        while True:
+            with lock:
+                more = shipper.ship(store)
+            if not more or stop():
+                break
+        empty = shipper.empty()
+    finally:
+        spool.close(remove=empty)
+    return shipper.shipped_samples if empty else None
 
 
 _LOCKS: dict[Path, int] = {}
@@ -370,3 +480,10 @@ def _lock_file(path: Path) -> bool:
         return False
     _LOCKS[path] = fd
     return True
+
+
+def _unlock_file(path: Path) -> None:
+    """Let go of a spool :func:`_lock_file` holds (shipped, or left for later)."""
+    fd = _LOCKS.pop(path, None)
+    if fd is not None:
+        os.close(fd)
