@@ -29,9 +29,12 @@ def install() -> None:
     import atexit
     import sys
 
+    from tensorgauge.hook import source_overrides
     from tensorgauge.hook.exit import at_exit
     from tensorgauge.hook.imports import WATCHED, ImportWatcher
     from tensorgauge.hook.patches import on_imported
+
+    source_overrides.install()
 
     loaded = [name for name in WATCHED if name in sys.modules]
     for name in loaded:  # imported before us (tensorgauge.monitor() in a notebook)

@@ -147,9 +147,12 @@ def _wrap_buffer(dataset_class, name: str, facts) -> None:
     wrap_once(dataset_class, name, told, by=FEATURE)
 
 
+def dataset_class():
+    """tf.data's ``DatasetV2``, where TensorFlow has loaded it (None elsewhere)."""
+    return getattr(sys.modules.get("tensorflow.python.data.ops.dataset_ops"), "DatasetV2", None)
+
+
 @on_tensorflow
 def _patch(tf) -> None:
-    dataset_module = sys.modules.get("tensorflow.python.data.ops.dataset_ops")
-    dataset_class = getattr(dataset_module, "DatasetV2", None)
-    if dataset_class is not None:
-        patch_datasets(dataset_class)
+    if dataset_class() is not None:
+        patch_datasets(dataset_class())

@@ -6,7 +6,8 @@ from __future__ import annotations
 import importlib
 
 FEATURES = ("budget", "fixes", "diagnose", "batch_finder", "input_window", "train_loop", "jax_loop", "torch_loop",
-            "dataset_facts", "memory_facts", "placement", "fit_input", "tfinfo", "usage")
+            "dataset_facts", "memory_facts", "placement", "fit_input", "tfinfo", "usage",
+            "call_sites", "verify_run")
 
 
 def load_features() -> None:

@@ -45,6 +45,9 @@ FIX_ENV = "TENSORGAUGE_FIX"  # --try-fixes: the fixes to apply, comma-separated
 WINDOW_ENV = "TENSORGAUGE_WINDOW_STEPS"  # --try-fixes: timed steps in the window
 WARMUP_ENV = "TENSORGAUGE_WINDOW_WARMUP"  # --try-fixes: steps before the window
 FIX_STAGE_ENV = "TENSORGAUGE_FIX_STAGE"  # --try-fixes: the Dataset.map call (its number, from 1) a stage fix applies to
+SEED_ENV = "TENSORGAUGE_SEED"  # fix --verify: the random seed every rerun starts from (its losses compared)
+SOURCE_OVERRIDES_ENV = "TENSORGAUGE_SOURCE_OVERRIDES"  # fix --verify: modules read from patched copies (JSON)
+STEP_LIMIT_ENV = "TENSORGAUGE_STEP_LIMIT"  # fix --verify --steps N: each fit stops after N training steps
 WARMUP_STEPS = 3  # --try-fixes: the fewest steps before the window (the train function traced and built)
 BUDGET_EXIT_CODE = 75  # EX_TEMPFAIL: the job stopped by its budget; run it again to resume
 # Input's share of a step: >= 20% high, 5-20% moderate (the TF Profiler's grading); the A/B in the job
@@ -232,6 +235,7 @@ class Kind:
     BATCH_TRIAL = "batch_trial"  # --find-batch-size: one short trial of the first fit at one batch size
     BATCH_SEARCH = "batch_search"  # ... and the search's result
     JOB_ERROR = "job_error"  # the exception that ended the job (its type, module, first line)
+    CODE_SITES = "code_sites"  # where the job's own code made a pipeline or called compile/predict (hook.call_sites)
     STEP_DIGEST = "step_digest"  # written by the monitor: a phase's steps, compactly (tensorgauge.steps)
     # written by the monitor: a phase still open at the run's end whose end may be among events lost unread
     PHASE_END_UNRECORDED = "phase_end_unrecorded"
@@ -576,6 +580,21 @@ class FitInput(Common, total=False):
     rounds: list[list[float]]  # [seconds in next(), seconds spanned, batches] of consecutive batches in an epoch
 
 
+class CodeSites(Common, total=False):
+    call: str  # "fit"/"loop" (a pipeline read), "compile", "predict", "gradient" (eager), "model", "dataloader",
+    # "fit_losses"
+    site: str | None  # "/abs/path.py:line" of the user's call
+    stack: list[str]  # "model": the user's frames, innermost first
+    stages: list[dict]  # fit/loop: its tf.data pipeline, source first (hook.stage_names.describe + "site",
+    # "caller", "calls", "callers", "deterministic", "elements", "element_bytes")
+    given: list[str]  # compile: the speed arguments it was given (run_eagerly, jit_compile, steps_per_execution)
+    input: str  # fit without a dataset: the type of its x
+    losses: list[float]  # fit_losses: the fit's per-epoch training loss (History)
+    model: int  # compile, fit: the model's id() in the job (which compile configured the fit's model)
+    num_workers: int  # dataloader: the workers it was given (0: the main process loads)
+    files: dict[str, str | None]  # the SHA-256 of each file named, as the job read it
+
+
 class BenchResult(Common, total=False):
     name: str
     group: str
@@ -596,7 +615,7 @@ PAYLOADS: dict[str, type] = {
     Kind.PREDICT_PROBE: PredictProbe, Kind.MODELS_BUILT: ModelsBuilt, Kind.LOOP_INPUT: LoopInput,
     Kind.XLA_PROBE: XlaProbe, Kind.SPE_PROBE: SpeProbe,
     Kind.EAGER_PROBE: EagerProbe, Kind.FIT_INPUT: FitInput, Kind.MEMORY_FACTS: MemoryFacts, Kind.JOB_ERROR: JobError,
-    Kind.BATCH_TRIAL: BatchTrial, Kind.BATCH_SEARCH: BatchSearch,
+    Kind.BATCH_TRIAL: BatchTrial, Kind.BATCH_SEARCH: BatchSearch, Kind.CODE_SITES: CodeSites,
 }
 
 KIND_OF: dict[type, str] = {payload: kind for kind, payload in PAYLOADS.items()}

@@ -33,6 +33,7 @@ import weakref
 
 from tensorgauge.hook import eager_probe, fixes, loader_stages
 from tensorgauge.hook.agent import Agent, _Open, agent
+from tensorgauge.hook.call_sites import send_pipeline
 from tensorgauge.hook.channel import channel, process_cpu_seconds
 from tensorgauge.hook.diagnose import mode, send_loop_config, tracing_now
 from tensorgauge.hook.fit_input import keep_round
@@ -182,6 +183,8 @@ class TrainLoop:
                                                       start, self.mark_cpu)
                 self.began = start
                 send_loop_config(self.dataset() if self.dataset else None, eager, self.batch_size)
+                if self.dataset and self.dataset() is not None:
+                    send_pipeline(self.dataset(), "loop")
             if self.evaluation is not None:
                 self._close(self.evaluation, self.mark)
                 self.evaluation = None
