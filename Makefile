@@ -11,7 +11,7 @@ $(BIN)/python:
 
 # One stamp per set of extras, redone when pyproject.toml changes.
 $(VENV)/.installed-demo: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[tensorflow,gpu,report]"
+	$(BIN)/python -m pip install --quiet -e ".[tensorflow,gpu,report,fix]"
 	touch $@
 
 # "2.21.*" for the TensorFlow installed (tensorflow-cpu on x86-64, tensorflow elsewhere)
@@ -28,7 +28,7 @@ TF_MINOR = import importlib.metadata as m; \
 JAX_APART := $(VENV)/jax-apart
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	command -v chromium >/dev/null || { apt-get update -q && apt-get install -y -q chromium; }
-	$(BIN)/python -m pip install --quiet -e ".[tensorflow,gpu,report,tensorboard,postgres,prometheus,otlp,profile,dev]" \
+	$(BIN)/python -m pip install --quiet -e ".[tensorflow,gpu,report,tensorboard,postgres,prometheus,otlp,profile,fix,dev]" \
 	  "ml_dtypes<0.7"
 	$(BIN)/python scripts/install-apart $(JAX_APART) ".[jax]" jax jaxlib
 	$(BIN)/python -m pip install --quiet --no-deps "tf-keras==$$($(BIN)/python -c '$(TF_MINOR)')"

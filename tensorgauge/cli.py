@@ -21,6 +21,7 @@ from tensorgauge.commands import (
     env,
     explain,
     export,
+    fix,
     import_bundle,
     prune,
     report,
@@ -42,8 +43,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 # One module per verb, each declaring its name, help, flags (``add_arguments``) and entry (``main``).
-COMMANDS = (run, runs, show, rm, prune, ship, devices, env, bench, report, export, import_bundle, compare, check,
-            baseline, explain, demo)
+COMMANDS = (run, runs, show, fix, rm, prune, ship, devices, env, bench, report, export, import_bundle, compare,
+            check, baseline, explain, demo)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -17,6 +17,7 @@ LAYERS = [
     ("store",),
     ("monitoring",),
     ("analyse",),
+    ("edit",),  # tensorgauge fix: the patches, from the analysis and the job's sources
     ("render", "live"),
     ("commands",),
     ("cli", "__main__", "api", "keras", "notebook", "testing", "pytest_plugin", "__init__"),

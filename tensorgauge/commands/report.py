@@ -36,7 +36,7 @@ def report(store: str | None, refs: list[str], output: str, start: float | None 
             samples = stores.get().series(run.record.run_id, first, last, max_bytes=WINDOW_MAX_BYTES)
             run.timeline = timeline.window(samples, run.timeline, first, last)
     if len(sides) == 1:
-        page = run_page(sides[0].report)
+        page = run_page(sides[0].report, patch=_patch(sides[0].report))
     else:
         from tensorgauge.analyse.compare import compare
 
@@ -45,6 +45,16 @@ def report(store: str | None, refs: list[str], output: str, start: float | None 
     if output != "-":
         print(f"report: {plain(output)}")
     return 0
+
+
+def _patch(report):
+    """The run's fixes as a patch to show, where libcst is there to make it (else the page has none)."""
+    from tensorgauge.edit.patch import run_patch
+
+    try:
+        return run_patch(report)
+    except TensorgaugeError:
+        return None
 
 
 VERB = "report"

@@ -32,6 +32,7 @@ h1{font-size:1.4em;margin-bottom:0}h2{font-size:1.15em;margin-top:2em;border-bot
 .meta{color:#555;margin:.3em 0}.chart{margin:1em 0}code{background:#f4f4f4;padding:1px 4px}
 table{border-collapse:collapse;font-size:.9em}td,th{padding:2px 10px;text-align:right;border-bottom:1px solid #eee}
 td:first-child,th:first-child{text-align:left}td:not(:first-child){white-space:nowrap}.finding{margin:.8em 0;padding:.5em .8em;border-left:4px solid #999}
+.fix{margin:.8em 0;padding:.5em .8em;border-left:4px solid #3a7}pre.diff{background:#f6f8fa;padding:.6em;overflow-x:auto;font-size:90%}
 .high{border-color:#d62728}.moderate{border-color:#ff7f0e}.low,.info{border-color:#1f77b4}
 details{margin:.5em 0}
 """
@@ -186,10 +187,28 @@ def _timeline_hint(report) -> str:
             f"<code>tensorgauge report {_e(report.record.run_id)} --from {first} --to {last}</code>.</p>")
 
 
-def run_page(report, js: str | None = None) -> str:
-    """The report of one run."""
+def _fixes(report, patch) -> str:
+    """The run's findings as edits of the job's code (``tensorgauge fix``), each with its diff."""
+    if patch is None or not (patch.proposals or patch.refusals):
+        return ""
+    parts = ["<h2>Fix it</h2><p class='meta'><code>tensorgauge fix "
+             f"{_e(report.record.run_id)} --verify</code> reruns the job with each and times it; "
+             "<code>--apply</code> writes them.</p>"]
+    for proposal in patch.proposals:
+        edit = proposal.edit
+        note = f"<div class='meta'>{_e(edit.note)}</div>" if edit.note else ""
+        parts.append(f"<div class='fix'><b>{_e(edit.finding)}</b> {_e(edit.summary)}{note}"
+                     f"<pre class='diff'>{_e(proposal.diff)}</pre></div>")
+    for refusal in patch.refusals:
+        parts.append(f"<div class='fix'><b>not patched</b> {_e(refusal.finding)} ({_e(refusal.fix)}): "
+                     f"{_e(refusal.why)}</div>")
+    return "".join(parts)
+
+
+def run_page(report, js: str | None = None, patch=None) -> str:
+    """The report of one run (``patch``: its findings as edits of the job's code, shown as diffs)."""
     chart_divs, specs = _charts_html("c-", charts.run_charts(report))
-    body = (_header(report) + _verdict(report) + "<h2>Timeline</h2>" + _timeline_hint(report) + chart_divs
+    body = (_header(report) + _verdict(report) + _fixes(report, patch) + "<h2>Timeline</h2>" + _timeline_hint(report) + chart_divs
             + _hot_lines(report) + "<h2>Phases</h2>" + _phase_table(report) + "<h2>Environment</h2>" + _environment(report))
     return _page(f"tensorgauge: {report.record.name or report.record.run_id}", body, specs,
                  javascript() if js is None else js)

@@ -284,6 +284,10 @@ def render_run(console: Console, report: RunReport) -> None:
                 render_stages(console, report.input_split)
         console.print("  [dim]tensorgauge explain ID: what a finding means, how it is measured, how to check "
                       "the fix[/dim]")
+        fixable = fixable_findings(report)
+        if fixable:
+            console.print(f"  tensorgauge fix {safe(report.record.run_id)} writes the fix of {', '.join(fixable)} "
+                          "as a patch to your code (--verify reruns the job and times it)")
     console.print()
     for line in account_lines(report):
         console.print(f"• {safe(line)}")
@@ -352,6 +356,18 @@ def render_hot_lines(console: Console, row: dict | None) -> None:
         console.print(f"      {line['share']:>4.0%}  {safe(line['location'])}  {safe(line['code'])}")
 
 
+def fixable_findings(report) -> list[str]:
+    """The ids of the run's findings ``tensorgauge fix`` has an edit for at the sites the run recorded."""
+    from tensorgauge.edit.plan import Edit, plan
+    from tensorgauge.edit.sites import read_sites
+
+    sites = read_sites(report.events)
+    if not sites.recorded:
+        return []
+    edits = [p for p in plan(report.findings, sites, report.input_split) if isinstance(p, Edit)]
+    return list(dict.fromkeys(e.finding for e in edits))
+
+
 def render_trials(console: Console, result) -> None:
     """The --try-fixes table: each fix's median step, speedup over the job as it is, and
     whether it reaches the compute-only limit."""
@@ -400,6 +416,9 @@ def render_trials(console: Console, result) -> None:
     for trial in trials:
         if trial.caveat:
             console.print(f"Note on {trial.fixes}: {safe(trial.caveat)}.")
+    console.print("These trials change the job without editing it; 'tensorgauge fix RUN' writes the code-level fixes "
+                  "of a run (cache, parallel map, prefetch, compile's arguments) as a patch to your files and "
+                  "--verify times each on the whole job.")
     if limit and not any(t.reaches_limit for t in trials):
         if best is not None and best.fixes == "cache":
             console.print(f"No fix reaches the limit; cache comes closest ({format_seconds(best.step_seconds_median)} "
