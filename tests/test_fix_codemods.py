@@ -8,6 +8,7 @@ import pytest
 
 from tensorgauge.edit import codemods
 from tensorgauge.edit.codemods import Refused
+from tensorgauge.edit.compiled_step import compile_step
 
 pytest.importorskip("libcst")
 
@@ -172,7 +173,7 @@ INLINE_LOOP = textwrap.dedent("""\
 
 
 def test_a_step_written_inside_the_loop_moves_into_a_compiled_function_before_it():
-    after = codemods.compile_step(INLINE_LOOP, 9)
+    after = compile_step(INLINE_LOOP, 9)
     assert after == textwrap.dedent("""\
         import tensorflow as tf
 
@@ -199,10 +200,10 @@ def test_a_step_written_inside_the_loop_moves_into_a_compiled_function_before_it
 def test_a_step_in_its_own_function_is_decorated_and_one_holding_the_loop_is_not():
     own = "def step(x):\n    with tf.GradientTape() as tape:\n        l = model(x)\n    return tape.gradient(l, w)\n" \
           "\nfor x in data:\n    step(x)\n"
-    assert codemods.compile_step(own, 4).startswith("@tf.function\ndef step(x):")
+    assert compile_step(own, 4).startswith("@tf.function\ndef step(x):")
     main = "def main():\n" + textwrap.indent(INLINE_LOOP.split("\n", 2)[2], "    ")
-    after = codemods.compile_step(main, 8)
+    after = compile_step(main, 8)
     assert after.startswith("def main():\n\n    @tf.function\n    def train_step(x, y):\n")  # inside main: its locals
     assert "            loss_value = train_step(x, y)\n" in after
     with pytest.raises(Refused, match="in no loop and no function"):
-        codemods.compile_step("g = tape.gradient(l, w)\n", 1)
+        compile_step("g = tape.gradient(l, w)\n", 1)

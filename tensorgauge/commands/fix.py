@@ -65,24 +65,27 @@ def fix(store: str | None, ref: str, apply: bool = False, verify: bool = False, 
     already = _already_applied(record.run_id)  # files this run's patch was written to: nothing left there
     relative_to = record.cwd or os.getcwd()
     patch = run_patch(report, set(only) if only else None, set(already))
-    verified = {}
+    verified: dict = {}
+    together = None
     if verify and patch.proposals:
-        verified = _verify(record, patch, store, steps, repeat)
+        verified, reruns, before = _verify(record, patch, store, steps, repeat)
         paying = {p.edit.fix for i, p in enumerate(patch.proposals) if verified[i].pays}
         patch.files = run_patch(report, paying, set(already)).files if paying else {}
+        if len(paying) > 1:
+            together = _verify_together(patch, reruns, before, repeat)
     applied = None
     if apply and patch.files:
         applied = write_patch(patch, force=force)
         _remember_applied(record.run_id, {p: sha256(f.patched) for p, f in patch.files.items()})
     if json_path:
-        write_json(fix_document(record.run_id, patch, verified, relative_to, applied), json_path, store)
+        write_json(fix_document(record.run_id, patch, verified, relative_to, applied, together), json_path, store)
         if json_path == "-":
             return 0
-    render_fix(console(), record.run_id, patch, verified, relative_to, applied, sorted(already))
+    render_fix(console(), record.run_id, patch, verified, relative_to, applied, sorted(already), together)
     return 0
 
 
-def _verify(record, patch, store: str | None, steps: int | None, repeat: int) -> dict:
+def _verify(record, patch, store: str | None, steps: int | None, repeat: int) -> tuple[dict, object, list]:
     from tensorgauge.commands._verify import Reruns, rerun_pairs
     from tensorgauge.edit.outcome import judge
 
@@ -96,7 +99,15 @@ def _verify(record, patch, store: str | None, steps: int | None, repeat: int) ->
     progress_printer()(f"verifying {len(patch.proposals)} fix(es): {total} reruns of "
                        f"{' '.join(record.command)}" + (f", each fit cut at {steps} steps" if steps else ""))
     before, after = rerun_pairs(reruns, patch.proposals, originals, repeat)
-    return {i: judge(p.edit, before, after[i]) for i, p in enumerate(patch.proposals)}
+    return {i: judge(p.edit, before, after[i]) for i, p in enumerate(patch.proposals)}, reruns, before
+
+
+def _verify_together(patch, reruns, before: list, repeat: int):
+    """The fixes that paid, rerun together as the patch --apply writes, against the same reruns as-is."""
+    from tensorgauge.edit.outcome import judge_patch
+
+    after = [reruns.run("patch", {path: file.patched for path, file in patch.files.items()}) for _ in range(repeat)]
+    return judge_patch([e for file in patch.files.values() for e in file.edits], before, after)
 
 
 VERB = "fix"

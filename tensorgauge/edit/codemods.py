@@ -18,7 +18,7 @@ class Refused(Exception):
     """An edit that cannot be made safely; the message says why."""
 
 
-def _libcst() -> Any:
+def libcst_module() -> Any:
     try:
         import libcst
     except ImportError as exc:
@@ -26,8 +26,8 @@ def _libcst() -> Any:
     return libcst
 
 
-def _parse(source: str):
-    cst = _libcst()
+def parse(source: str):
+    cst = libcst_module()
     try:
         return cst.metadata.MetadataWrapper(cst.parse_module(source))
     except cst.ParserSyntaxError as exc:
@@ -36,7 +36,7 @@ def _parse(source: str):
 
 def _name_line(call, positions) -> set[int]:
     """The lines a call may be reported on: where it starts, and where its method's name is."""
-    cst = _libcst()
+    cst = libcst_module()
     lines = {positions[call].start.line}
     if isinstance(call.func, cst.Attribute):
         lines.add(positions[call.func.attr].start.line)
@@ -44,7 +44,7 @@ def _name_line(call, positions) -> set[int]:
 
 
 def called_name(call) -> str | None:
-    cst = _libcst()
+    cst = libcst_module()
     if isinstance(call.func, cst.Attribute):
         return call.func.attr.value
     if isinstance(call.func, cst.Name):
@@ -54,7 +54,7 @@ def called_name(call) -> str | None:
 
 def find_calls(source: str, line: int, names: tuple[str, ...]):
     """(the wrapped module, the calls of a function or method named one of ``names`` reported on ``line``)."""
-    cst = _libcst()
+    cst = libcst_module()
     wrapper, positions = _positioned(source)
     return wrapper, [n for n in positions if isinstance(n, cst.Call) and called_name(n) in names
                      and line in _name_line(n, positions)]
@@ -62,8 +62,8 @@ def find_calls(source: str, line: int, names: tuple[str, ...]):
 
 def _positioned(source: str):
     """(the wrapped module, every node's position, in the order of the source)."""
-    wrapper = _parse(source)
-    return wrapper, wrapper.resolve(_libcst().metadata.PositionProvider)
+    wrapper = parse(source)
+    return wrapper, wrapper.resolve(libcst_module().metadata.PositionProvider)
 
 
 def one_call(source: str, line: int, names: tuple[str, ...]):
@@ -78,7 +78,7 @@ def one_call(source: str, line: int, names: tuple[str, ...]):
 
 def _replace(wrapper, target, make: Callable[[Any], Any]) -> str:
     """The module's code with the node ``target`` replaced by ``make(target)``."""
-    cst = _libcst()
+    cst = libcst_module()
 
     class Replacer(cst.CSTTransformer):  # type: ignore[name-defined]
         def on_leave(self, original, updated):
@@ -94,7 +94,7 @@ def keyword(call, name: str):
 def _with_keyword(call, name: str, value: str):
     """``call`` with the keyword argument ``name=value`` set (replaced where given, else added last, in the
     layout of the arguments before it: one per line stays one per line)."""
-    cst = _libcst()
+    cst = libcst_module()
     expression = cst.parse_expression(value)
     given = keyword(call, name)
     if given is not None:
@@ -120,7 +120,7 @@ def _with_keyword(call, name: str, value: str):
 
 
 def _without_keyword(call, name: str):
-    cst = _libcst()
+    cst = libcst_module()
     args = list(call.args)
     given = keyword(call, name)
     index = args.index(given)
@@ -136,7 +136,7 @@ def set_keyword(source: str, line: int, names: tuple[str, ...], name: str, value
     """The call on ``line`` with ``name=value`` among its arguments."""
     wrapper, call = one_call(source, line, names)
     given = keyword(call, name)
-    if given is not None and _code(given.value) == value:
+    if given is not None and code_of(given.value) == value:
         raise Refused(f"it already has {name}={value}")
     return _replace(wrapper, call, lambda node: _with_keyword(node, name, value))
 
@@ -147,18 +147,18 @@ def remove_keyword(source: str, line: int, names: tuple[str, ...], name: str, on
     given = keyword(call, name)
     if given is None:
         raise Refused(f"the call on line {line} has no {name}= argument")
-    if only is not None and _code(given.value) != only:
-        raise Refused(f"its {name}= is {_code(given.value)}, not {only}: left as the code decides it")
+    if only is not None and code_of(given.value) != only:
+        raise Refused(f"its {name}= is {code_of(given.value)}, not {only}: left as the code decides it")
     return _replace(wrapper, call, lambda node: _without_keyword(node, name))
 
 
-def _code(node) -> str:
-    return _libcst().Module(body=[]).code_for_node(node)
+def code_of(node) -> str:
+    return libcst_module().Module(body=[]).code_for_node(node)
 
 
 def chain_after(source: str, line: int, names: tuple[str, ...], method: str, arguments: str = "") -> str:
     """The call on ``line`` followed by ``.method(arguments)`` (``ds.map(f)`` -> ``ds.map(f).cache()``)."""
-    cst = _libcst()
+    cst = libcst_module()
     wrapper, call = one_call(source, line, names)
     added = cst.parse_expression(f"_.{method}({arguments})")
 
@@ -173,14 +173,14 @@ def chain_on_argument(source: str, line: int, names: tuple[str, ...], method: st
                       position: int = 0, keyword_name: str = "x") -> str:
     """The call on ``line`` with its first argument (or ``x=``) followed by ``.method(arguments)``:
     ``model.fit(train_ds, ...)`` -> ``model.fit(train_ds.prefetch(tf.data.AUTOTUNE), ...)``."""
-    cst = _libcst()
+    cst = libcst_module()
     wrapper, call = one_call(source, line, names)
     given = keyword(call, keyword_name) or next((a for i, a in enumerate(call.args) if i == position
                                                  and a.keyword is None and not a.star), None)
     if given is None:
         raise Refused(f"the call on line {line} has no {keyword_name} to add .{method}() to")
     if not isinstance(given.value, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
-        raise Refused(f"its {keyword_name} is an expression ({_code(given.value)}): add .{method}() where it is made")
+        raise Refused(f"its {keyword_name} is an expression ({code_of(given.value)}): add .{method}() where it is made")
     added = cst.parse_expression(f"_.{method}({arguments})")
     value = added.with_changes(func=added.func.with_changes(value=given.value))
     return _replace(wrapper, given, lambda node: node.with_changes(value=value))
@@ -188,7 +188,7 @@ def chain_on_argument(source: str, line: int, names: tuple[str, ...], method: st
 
 def enclosing_function(source: str, line: int):
     """(the wrapped module, the innermost ``def`` whose body holds ``line``), or Refused where none does."""
-    cst = _libcst()
+    cst = libcst_module()
     wrapper, positions = _positioned(source)
     found = [n for n in positions if isinstance(n, cst.FunctionDef)
              and positions[n].start.line <= line <= positions[n].end.line]
@@ -199,13 +199,13 @@ def enclosing_function(source: str, line: int):
 
 def decorator_name(decorator) -> str:
     node = decorator.decorator
-    return _code(node.func if isinstance(node, _libcst().Call) else node)
+    return code_of(node.func if isinstance(node, libcst_module().Call) else node)
 
 
 def decorate(source: str, line: int, decorator: str, same: tuple[str, ...]) -> str:
     """The function whose body holds ``line`` decorated with ``decorator`` (innermost: nearest its ``def``),
     unless it has one of ``same`` already."""
-    cst = _libcst()
+    cst = libcst_module()
     wrapper, function = enclosing_function(source, line)
     present = [decorator_name(d) for d in function.decorators]
     if any(p in same for p in present):
@@ -217,27 +217,27 @@ def decorate(source: str, line: int, decorator: str, same: tuple[str, ...]) -> s
 def set_decorator_keyword(source: str, line: int, names: tuple[str, ...], name: str, value: str) -> str:
     """The decorator ``names`` of the function holding ``line`` given ``name=value``
     (``@tf.function`` -> ``@tf.function(reduce_retracing=True)``)."""
-    cst = _libcst()
+    cst = libcst_module()
     wrapper, function = enclosing_function(source, line)
     target = next((d for d in function.decorators if decorator_name(d) in names), None)
     if target is None:
         raise Refused(f"{function.name.value}() has no {' or '.join(names)} decorator")
     node = target.decorator
     call = node if isinstance(node, cst.Call) else cst.Call(func=node)
-    if keyword(call, name) is not None and _code(keyword(call, name).value) == value:
+    if keyword(call, name) is not None and code_of(keyword(call, name).value) == value:
         raise Refused(f"its decorator already has {name}={value}")
     return _replace(wrapper, target, lambda d: d.with_changes(decorator=_with_keyword(call, name, value)))
 
 
 def module_alias(source: str, module: str) -> str | None:
     """The name ``module`` is imported as at the top of ``source`` (``import tensorflow as tf`` -> "tf")."""
-    cst = _libcst()
+    cst = libcst_module()
     tree = cst.parse_module(source)
     for statement in tree.body:
         for small in getattr(statement, "body", ()):
             if isinstance(small, cst.Import):
                 for alias in small.names:
-                    if _code(alias.name) == module:
+                    if code_of(alias.name) == module:
                         return alias.asname.name.value if alias.asname else module
     return None
 
@@ -245,7 +245,7 @@ def module_alias(source: str, module: str) -> str | None:
 def ensure_import(source: str, module: str, alias: str) -> tuple[str, str]:
     """(``source`` importing ``module``, the name it goes by): an ``import module as alias`` added after the
     module's last top-level import where it has none."""
-    cst = _libcst()
+    cst = libcst_module()
     name = module_alias(source, module)
     if name is not None:
         return source, name
@@ -262,124 +262,18 @@ def ensure_import(source: str, module: str, alias: str) -> tuple[str, str]:
 def predict_to_call(source: str, line: int) -> str:
     """``model.predict(x, ...)`` on ``line`` -> ``model(x, training=False)``, as a NumPy array as predict returns
     (``np.asarray`` where the file imports NumPy, else ``.numpy()``)."""
-    cst = _libcst()
+    cst = libcst_module()
     wrapper, call = one_call(source, line, ("predict",))
     if not isinstance(call.func, cst.Attribute):
         raise Refused(f"predict on line {line} is not a method call")
     given = keyword(call, "x") or next((a for a in call.args if a.keyword is None and not a.star), None)
     if given is None:
         raise Refused(f"the predict call on line {line} has no input to call the model on")
-    model = _code(call.func.value)
-    x = _code(given.value)
+    model = code_of(call.func.value)
+    x = code_of(given.value)
     numpy = module_alias(source, "numpy")
     direct = f"{model}({x}, training=False)"
     text = f"{numpy}.asarray({direct})" if numpy else f"{direct}.numpy()"
     return _replace(wrapper, call, lambda node: cst.parse_expression(text).with_changes(lpar=node.lpar,
                                                                                         rpar=node.rpar))
 
-
-STEP_NAME = "train_step"
-APPLIES = (".apply(", ".apply_gradients(", ".minimize(")
-
-
-def compile_step(source: str, line: int, tf: str = "tf") -> str:
-    """A custom loop's eager training step compiled: the function holding ``line`` (its ``tape.gradient``)
-    decorated with ``@tf.function`` where the loop calls that function; where the step is written inside
-    the loop, its statements (from ``with tf.GradientTape()`` to the optimizer's apply) moved into a
-    ``@tf.function def train_step(...)`` defined before the loop, taking the loop's variables it reads and
-    returning what the loop reads of it, and the loop calling it."""
-    cst = _libcst()
-    meta = cst.metadata
-    wrapper = _parse(source)
-    positions = wrapper.resolve(meta.PositionProvider)
-    parents = wrapper.resolve(meta.ParentNodeProvider)
-    contexts = wrapper.resolve(meta.ExpressionContextProvider)
-    statements = [n for n in positions if isinstance(n, cst.SimpleStatementLine)
-                  and positions[n].start.line <= line <= positions[n].end.line]
-    if not statements:
-        raise Refused(f"no statement on line {line} (the file changed since the run?)")
-    statement = statements[-1]
-    chain, node = [], statement
-    while node in parents:
-        node = parents[node]
-        chain.append(node)
-    loop = next((n for n in chain if isinstance(n, (cst.For, cst.While))), None)
-    function = next((n for n in chain if isinstance(n, cst.FunctionDef)), None)
-    if function is not None and (loop is None or chain.index(function) < chain.index(loop)):
-        return decorate(source, line, f"{tf}.function", (f"{tf}.function",))
-    if loop is None:
-        raise Refused(f"line {line} is in no loop and no function: put the training step in a function")
-    block = loop.body
-    child = next(n for n in [statement, *chain] if n in block.body)
-    at = block.body.index(child)
-    start = next((i for i in range(at, -1, -1) if isinstance(block.body[i], cst.With)
-                  and "GradientTape" in _code(block.body[i].items[0].item)), at)
-    end = next((i for i in range(at, min(at + 4, len(block.body))) if any(a in _code(block.body[i]) for a in APPLIES)),
-               at)
-    taken = block.body[start:end + 1]
-    inside = {id(n) for s in taken for n in _walk(s)}
-    reads = _names(taken, contexts, cst.metadata.ExpressionContext.LOAD)
-    written = _names(taken, contexts, cst.metadata.ExpressionContext.STORE)
-    scope_loops = [n for n in chain[: chain.index(function)] if isinstance(n, (cst.For, cst.While))] \
-        if function is not None else [n for n in chain if isinstance(n, (cst.For, cst.While))]
-    store = cst.metadata.ExpressionContext.STORE
-    varying = set()  # names the loops around the step bind, outside the step itself
-    for each in scope_loops:
-        for n in _walk(each):
-            if isinstance(n, cst.Name) and id(n) not in inside and contexts.get(n) == store:
-                varying.add(n.value)
-    params = [n for n in reads if n in varying]  # what the loop changes from step to step: passed in
-    read_elsewhere = {n.value for n, c in contexts.items() if isinstance(n, cst.Name) and id(n) not in inside
-                      and c == cst.metadata.ExpressionContext.LOAD}
-    outputs = [n for n in dict.fromkeys(written) if n in read_elsewhere and n != "tape"]
-    taken_names = {n.value for n in positions if isinstance(n, cst.Name)}
-    name = STEP_NAME if STEP_NAME not in taken_names else next(f"{STEP_NAME}_{i}" for i in range(1, 99)
-                                                               if f"{STEP_NAME}_{i}" not in taken_names)
-    body = list(taken) + ([cst.parse_statement(f"return {', '.join(outputs)}\n")] if outputs else [])
-    step = cst.FunctionDef(name=cst.Name(name), params=cst.Parameters(params=[cst.Param(cst.Name(p)) for p in params]),
-                           body=cst.IndentedBlock(body=body),
-                           decorators=[cst.Decorator(decorator=cst.parse_expression(f"{tf}.function"))])
-    call = f"{name}({', '.join(params)})"
-    replacement = cst.parse_statement(f"{', '.join(outputs)} = {call}\n" if outputs else f"{call}\n")
-    outer = scope_loops[-1]
-    top_level = function is None
-    blank = [cst.EmptyLine(indent=False)] * (2 if top_level else 1)
-
-    class Extract(cst.CSTTransformer):  # type: ignore[name-defined]
-        def leave_IndentedBlock(self, original, updated):
-            if original is block:
-                return updated.with_changes(body=[*updated.body[:start], replacement, *updated.body[end + 1:]])
-            if not top_level and outer in original.body:
-                return updated.with_changes(body=_insert_before(updated.body, original.body.index(outer), step,
-                                                                blank))
-            return updated
-
-        def leave_Module(self, original, updated):
-            if top_level and outer in original.body:
-                return updated.with_changes(body=_insert_before(updated.body, original.body.index(outer), step, blank))
-            return updated
-
-    return wrapper.module.visit(Extract()).code
-
-
-def _insert_before(body, index: int, step, blank) -> list:
-    """``body`` with ``step`` before its statement ``index``, that statement then after ``blank`` lines."""
-    following = body[index]
-    lines = list(following.leading_lines)
-    empty = next((i for i, line in enumerate(lines) if line.comment is not None), len(lines))
-    lines = [*blank[: max(0, len(blank) - empty)], *lines]  # as many blank lines above as PEP 8 asks, comments kept
-    return [*body[:index], step.with_changes(leading_lines=lines),
-            following.with_changes(leading_lines=list(blank)), *body[index + 1:]]
-
-
-def _walk(node):
-    yield node
-    for child in node.children:
-        yield from _walk(child)
-
-
-def _names(nodes, contexts, context) -> list[str]:
-    """The names used in ``nodes`` in ``context`` (load or store), in order, once each."""
-    cst = _libcst()
-    found = [n.value for node in nodes for n in _walk(node) if isinstance(n, cst.Name) and contexts.get(n) == context]
-    return list(dict.fromkeys(found))

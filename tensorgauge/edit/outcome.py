@@ -108,3 +108,14 @@ def judge(edit: Edit, before: list[Rerun], after: list[Rerun]) -> Verified:
     else:
         verified.pays = True
     return verified
+
+
+def judge_patch(edits: list[Edit], before: list[Rerun], after: list[Rerun]) -> Verified:
+    """The paying fixes together (the patch ``--apply`` writes), against the same reruns as they were: every
+    finding they fix gone or not, the losses held to the loosest tolerance among them."""
+    numbers: Numbers = "close" if any(e.numbers == "close" for e in edits) else "equal"
+    together = judge(Edit(",".join(dict.fromkeys(e.finding for e in edits)), "patch", edits[0].site,
+                          "the fixes that paid, together", numbers, edits[0].change), before, after)
+    findings = {e.finding for e in edits}
+    together.finding_gone = all(not findings & {f.id for f in r.findings} for r in after)
+    return together

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tensorgauge.edit import codemods
+from tensorgauge.edit.compiled_step import compile_step
 from tensorgauge.edit.sites import Pipeline, RecordedSites, Site
 from tensorgauge.model import Finding
 from tensorgauge.units import format_bytes
@@ -74,6 +75,11 @@ def _named(stage: dict) -> str:
     return f"{stage.get('stage', '?')}{function} (made at {_short(Site.parse(stage.get('site')))})"
 
 
+def _calls(stage: dict) -> tuple[str, ...]:
+    """The method that made a stage, as the hook saw it called (else as its dataset class tells)."""
+    return (stage["method"],) if stage.get("method") else STAGE_CALLS.get(str(stage.get("cls")), ANY_DATASET_CALL)
+
+
 def _random(stage: dict) -> bool:
     return bool(stage.get("random")) or str(stage.get("stage", "")).startswith("Shuffle")
 
@@ -132,7 +138,7 @@ def prefetch_edit(finding: Finding, pipeline: Pipeline) -> Planned | None:
         return None  # the pipeline ends with a prefetch already (an Options stage may follow it)
     last = stages[-1]
     site = Site.parse(last.get("site"))
-    names = STAGE_CALLS.get(str(last.get("cls")), ANY_DATASET_CALL)
+    names = _calls(last)
     if site is not None:
         return _shared_or(finding, last, "prefetch", Edit(
             finding.id, "prefetch", site, f".prefetch(tf.data.AUTOTUNE) after {_named(last)}, the pipeline's "
@@ -208,7 +214,7 @@ def cache_edit(finding: Finding, stages: list[dict], costly: int | None, split: 
         note = f"{note}; {caution}" if note else caution
     held = f", holding {format_bytes(elements * int(size))}" if isinstance(elements, int) and elements > 0 and size \
         else ""
-    names = STAGE_CALLS.get(str(stage.get("cls")), ANY_DATASET_CALL)
+    names = _calls(stage)
     return _shared_or(finding, stage, "cache", Edit(
         finding.id, "cache", site, f".cache() after {_named(stage)}: every epoch after the first reads its "
         f"results{held}", "equal", _plain(lambda src: codemods.chain_after(src, site.line, names, "cache")), note))
@@ -278,7 +284,7 @@ def eager_edits(finding: Finding, sites: RecordedSites) -> list[Planned]:
     return [Edit(finding.id, "tf_function", site, f"@tf.function on the training step that calls "
                  f"tape.gradient at {_short(site)} (moved into a function where the loop holds it): each step "
                  "runs as one compiled graph", "close",
-                 lambda src, tf: codemods.compile_step(src, site.line, tf), needs_tf=True)]
+                 lambda src, tf: compile_step(src, site.line, tf), needs_tf=True)]
 
 
 def xla_edits(finding: Finding, sites: RecordedSites) -> list[Planned]:

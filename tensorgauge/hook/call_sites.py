@@ -27,14 +27,14 @@ from tensorgauge.hook.protocol import Kind
 from tensorgauge.hook.wrapping import wrap_once
 
 FEATURE = "call_sites"  # the mark on its wrappers
-SITE_ATTRIBUTE = "_tensorgauge_site"  # on a dataset the job's code made: (path, line, caller or None)
+SITE_ATTRIBUTE = "_tensorgauge_site"  # on a dataset the job's code made: (path, line, caller or None, method)
 DATASET_METHODS = ("map", "batch", "padded_batch", "prefetch", "cache", "shuffle", "repeat", "filter",
                    "interleave", "unbatch", "take", "flat_map", "rebatch")
 DATASET_SOURCES = ("from_tensor_slices", "from_tensors", "from_generator", "range", "zip", "list_files")
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # the tensorgauge package
 _sent: set = set()  # (what, path, line) already sent
 _hashes: dict[str, str | None] = {}
-_site_calls: dict[tuple[str, int], dict] = {}  # (path, line) of a dataset call -> {"calls", "callers"}
+_site_calls: dict[tuple, dict] = {}  # (path, line, method) of a dataset call -> {"calls", "callers"}
 
 
 def is_user_file(path: str) -> bool:
@@ -94,35 +94,38 @@ def _files(*paths: str | None) -> dict[str, str | None]:
     return {p: file_sha256(p) for p in paths if p}
 
 
-def _tag(made, site: tuple[str, int, str | None]) -> None:
+def _tag(made, site: tuple[str, int, str | None], method: str) -> None:
     try:
-        setattr(made, SITE_ATTRIBUTE, site)
+        setattr(made, SITE_ATTRIBUTE, (*site, method))
     except Exception:  # a dataset that takes no attribute: its stage has no site
         pass
-    record = _site_calls.setdefault(site[:2], {"calls": 0, "callers": set()})
+    record = _site_calls.setdefault((site[0], site[1], method), {"calls": 0, "callers": set()})
     record["calls"] += 1
     if site[2]:
         record["callers"].add(site[2])
 
 
-def _sited(original):
-    @functools.wraps(original)
-    def wrapper(*args, **kwargs):
-        made = original(*args, **kwargs)
-        try:
-            site = direct_caller()
-            if site is not None:
-                _tag(made, site)
-        except Exception:
-            pass
-        return made
+def _sited(method: str):
+    def wrap(original):
+        @functools.wraps(original)
+        def wrapper(*args, **kwargs):
+            made = original(*args, **kwargs)
+            try:
+                site = direct_caller()
+                if site is not None:
+                    _tag(made, site, method)
+            except Exception:
+                pass
+            return made
 
-    return wrapper
+        return wrapper
+
+    return wrap
 
 
 def patch_datasets(dataset_class) -> None:
     for name in (*DATASET_METHODS, *DATASET_SOURCES):
-        wrap_once(dataset_class, name, _sited, by=FEATURE)
+        wrap_once(dataset_class, name, _sited(name), by=FEATURE)
 
 
 def _stage_facts(stage) -> dict:
@@ -132,8 +135,8 @@ def _stage_facts(stage) -> dict:
     facts = describe(stage)
     site = getattr(stage, SITE_ATTRIBUTE, None)
     if site is not None:
-        record = _site_calls.get(site[:2], {})
-        facts.update(site=f"{site[0]}:{site[1]}", caller=site[2], calls=record.get("calls", 1),
+        record = _site_calls.get((site[0], site[1], site[3]), {})
+        facts.update(site=f"{site[0]}:{site[1]}", method=site[3], calls=record.get("calls", 1),
                      callers=sorted(record.get("callers", ())))
     for key, attribute in (("deterministic", "_deterministic"), ("buffer_size", "_buffer_size")):
         value = getattr(stage, attribute, None)

@@ -42,7 +42,8 @@ def _verified_text(v: Verified) -> str:
 
 
 def render_fix(console: Console, run_id: str, patch: Patch, verified: dict[int, Verified], relative_to: str | None,
-               applied: list[tuple[str, str | None]] | None = None, already: list[str] | None = None) -> None:
+               applied: list[tuple[str, str | None]] | None = None, already: list[str] | None = None,
+               together: Verified | None = None) -> None:
     if not patch.proposals and not patch.refusals:
         console.print(f"run {escape(run_id)}: nothing to fix: no finding of it is a change to the job's code"
                       + (" left to make" if already else ""))
@@ -63,6 +64,8 @@ def render_fix(console: Console, run_id: str, patch: Patch, verified: dict[int, 
         where = _where(refusal.site, relative_to)
         console.print(f"[bold]not patched[/bold] {escape(refusal.finding)} ({escape(refusal.fix)})"
                       + (f" at {escape(where)}" if where else "") + f": {escape(refusal.why)}")
+    if together is not None:
+        console.print(f"[bold]the patch[/bold] (the fixes that paid, together): {escape(_verified_text(together))}")
     for path in already or []:
         console.print(f"{escape(path)}: this run's patch is applied already")
     if applied:
@@ -82,7 +85,7 @@ def _edit_dict(edit: Edit, relative_to: str | None) -> dict:
 
 
 def fix_document(run_id: str, patch: Patch, verified: dict[int, Verified], relative_to: str | None,
-                 applied: list[tuple[str, str | None]] | None = None) -> dict:
+                 applied: list[tuple[str, str | None]] | None = None, together: Verified | None = None) -> dict:
     fixes = []
     for i, proposal in enumerate(patch.proposals):
         v = verified.get(i)
@@ -93,4 +96,5 @@ def fix_document(run_id: str, patch: Patch, verified: dict[int, Verified], relat
                "refused": True, "why": r.why, "verified": None} for r in patch.refusals]
     return {"schema": FIX_SCHEMA, "run_id": run_id, "fixes": fixes,
             "patch": "".join(f.diff(relative_to) for f in patch.files.values()),
+            "patch_verified": together.to_dict() if together is not None else None,
             "applied": [{"file": p, "original_kept": k} for p, k in applied or []]}
