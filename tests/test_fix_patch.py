@@ -130,6 +130,12 @@ def test_a_fix_that_does_not_pay_or_changes_what_it_must_not_is_left_out():
     assert not failed.pays and "exit 1" in failed.why
 
 
+def test_a_gain_inside_the_reruns_spread_does_not_pay():
+    noisy = judge(edit(), [rerun(4.0, [0.5]), rerun(3.0, [0.5]), rerun(4.2, [0.5])],
+                  [rerun(3.5, [0.5]), rerun(3.2, [0.5]), rerun(3.9, [0.5])])
+    assert noisy.gain > 1.05 and not noisy.pays and "within the spread" in noisy.why and "3.00-4.20 s" in noisy.why
+
+
 def test_losses_not_seen_are_said_so():
     assert compare_losses([], [[0.5]], "equal") == (None, "not compared: the fits' losses were not recorded "
                                                           "(a custom loop's are not visible)")

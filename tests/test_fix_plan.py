@@ -156,3 +156,16 @@ def test_findings_whose_fix_is_not_code_propose_nothing():
     findings = [Finding("startup_dominated", "low", "start-up"), Finding("memory_growth", "moderate", "grows"),
                 Finding("thread_limited", "high", "threads", evidence={"TF_NUM_INTRAOP_THREADS": "1"})]
     assert plan(findings, sites([SLICES, DECODE, BATCH])) == []
+
+
+def test_a_pipeline_a_library_function_made_is_cached_where_the_job_calls_it():
+    made = {"made_in": f"{TRAIN}:20", "made_by": "timeseries_dataset_from_array", "site": None}
+    windows = [dict(SLICES, **made), dict(DECODE, **made), dict(BATCH, **made, elements=32)]
+    planned = fixes(plan([input_bound({"stage": "Map", "location": "train.py:3"})], sites(windows)))
+    cache = planned["cache"]
+    assert isinstance(cache, Edit) and cache.site.line == 20
+    assert "after the dataset timeseries_dataset_from_array() returns (train.py:20)" in cache.summary
+    assert "holding 128.0 KiB" in cache.summary  # what the last stage holds: its 32 elements of 4 KiB
+    shuffled = [dict(SLICES, **made), dict(stage("Shuffle", 0, "_ShuffleDataset"), **made), dict(DECODE, **made)]
+    refused = fixes(plan([input_bound({"stage": "Map", "location": "train.py:3"})], sites(shuffled)))["cache"]
+    assert isinstance(refused, Refusal) and "random Shuffle" in refused.why

@@ -86,6 +86,20 @@ def compare_losses(before: list[list[float]], after: list[list[float]], numbers:
                    + ("this fix must not change them" if numbers == "equal" else "more than round-off"))
 
 
+def _seconds(reruns: list[Rerun]) -> list[float]:
+    return [r.training_seconds for r in reruns if r.training_seconds is not None]
+
+
+def _apart(before: list[Rerun], after: list[Rerun]) -> bool:
+    """Every rerun with the fix faster than every rerun without: a gain outside the reruns' own spread."""
+    return bool(_seconds(before)) and bool(_seconds(after)) and max(_seconds(after)) < min(_seconds(before))
+
+
+def _span(reruns: list[Rerun]) -> str:
+    times = _seconds(reruns)
+    return f"{min(times):.2f}-{max(times):.2f} s" if times else "-"
+
+
 def judge(edit: Edit, before: list[Rerun], after: list[Rerun]) -> Verified:
     """The fix's outcome over paired reruns (the same count before and after, interleaved)."""
     verified = Verified(edit, _side(before), _side(after), runs=[r.run_id for r in before + after])
@@ -103,6 +117,9 @@ def judge(edit: Edit, before: list[Rerun], after: list[Rerun]) -> Verified:
         verified.why = "no fit was timed in the reruns"
     elif verified.gain < PAYS:
         verified.why = f"it does not pay: training {verified.gain:.2f}x as fast (under {PAYS:.2f}x)"
+    elif len(before) > 1 and not _apart(before, after):
+        verified.why = (f"within the spread of its reruns: training {_span(before)} as it is, {_span(after)} with it "
+                        f"({len(before)} pairs; a fix pays when its slowest rerun is faster than the fastest without)")
     elif verified.training_unchanged is False:
         verified.why = f"it changes the training: {verified.training_why}"
     else:

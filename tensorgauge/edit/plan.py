@@ -197,6 +197,11 @@ def cache_edit(finding: Finding, stages: list[dict], costly: int | None, split: 
                 f"{saved:.0%} of the input's cost the stages before it take")
     stage = stages[target]
     site = Site.parse(stage.get("site"))
+    made_in = Site.parse(stage.get("made_in"))
+    if site is None and made_in is not None:  # made by a library function the job called: cache what it returns
+        target = max(i for i in range(target, len(stages)) if stages[i].get("made_in") == stage.get("made_in")
+                     and not any(_random(s) for s in stages[target:i + 1])) if not _random(stage) else target
+        stage, site = stages[target], made_in
     if site is None:
         return Refusal(finding.id, "cache", None, f"{_named(stage)} was made by a library, not the job's code")
     elements, size = stage.get("elements"), stage.get("element_bytes")
@@ -215,8 +220,11 @@ def cache_edit(finding: Finding, stages: list[dict], costly: int | None, split: 
     held = f", holding {format_bytes(elements * int(size))}" if isinstance(elements, int) and elements > 0 and size \
         else ""
     names = _calls(stage)
+    what = _named(stage)
+    if stage.get("made_by") and not stage.get("site"):
+        names, what = (str(stage["made_by"]),), f"the dataset {stage['made_by']}() returns ({_short(site)})"
     return _shared_or(finding, stage, "cache", Edit(
-        finding.id, "cache", site, f".cache() after {_named(stage)}: every epoch after the first reads its "
+        finding.id, "cache", site, f".cache() after {what}: every epoch after the first reads its "
         f"results{held}", "equal", _plain(lambda src: codemods.chain_after(src, site.line, names, "cache")), note))
 
 

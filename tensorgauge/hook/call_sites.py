@@ -28,6 +28,7 @@ from tensorgauge.hook.wrapping import wrap_once
 
 FEATURE = "call_sites"  # the mark on its wrappers
 SITE_ATTRIBUTE = "_tensorgauge_site"  # on a dataset the job's code made: (path, line, caller or None, method)
+MADE_IN_ATTRIBUTE = "_tensorgauge_made_in"  # on one a library made: (path, line, the library function the job called)
 DATASET_METHODS = ("map", "batch", "padded_batch", "prefetch", "cache", "shuffle", "repeat", "filter",
                    "interleave", "unbatch", "take", "flat_map", "rebatch")
 DATASET_SOURCES = ("from_tensor_slices", "from_tensors", "from_generator", "range", "zip", "list_files")
@@ -68,6 +69,22 @@ def direct_caller(depth: int = 2) -> tuple[str, int, str | None] | None:
     elif above is not None:
         caller = "library"
     return path, frame.f_lineno, caller
+
+
+def library_call(depth: int = 2) -> tuple[str, int, str] | None:
+    """(path, line, name) of the job's call of the library function that is making a dataset now (keras'
+    ``timeseries_dataset_from_array``), from the user's frame nearest the top and the frame it called."""
+    frame: FrameType | None = sys._getframe(depth)
+    below = None
+    while frame is not None:
+        if is_user_file(frame.f_code.co_filename):
+            if below is None:
+                return None
+            return os.path.abspath(frame.f_code.co_filename), frame.f_lineno, below.f_code.co_name
+        if not os.path.abspath(frame.f_code.co_filename).startswith(_HERE):
+            below = frame
+        frame = frame.f_back
+    return None
 
 
 def first_user_frame(depth: int = 2) -> tuple[str, int] | None:
@@ -114,6 +131,8 @@ def _sited(method: str):
                 site = direct_caller()
                 if site is not None:
                     _tag(made, site, method)
+                elif getattr(made, MADE_IN_ATTRIBUTE, None) is None:
+                    setattr(made, MADE_IN_ATTRIBUTE, library_call())
             except Exception:
                 pass
             return made
@@ -138,6 +157,9 @@ def _stage_facts(stage) -> dict:
         record = _site_calls.get((site[0], site[1], site[3]), {})
         facts.update(site=f"{site[0]}:{site[1]}", method=site[3], calls=record.get("calls", 1),
                      callers=sorted(record.get("callers", ())))
+    made_in = getattr(stage, MADE_IN_ATTRIBUTE, None) if site is None else None
+    if made_in is not None:
+        facts.update(made_in=f"{made_in[0]}:{made_in[1]}", made_by=made_in[2])
     for key, attribute in (("deterministic", "_deterministic"), ("buffer_size", "_buffer_size")):
         value = getattr(stage, attribute, None)
         if isinstance(value, (bool, int, str)):

@@ -586,7 +586,8 @@ class CodeSites(Common, total=False):
     site: str | None  # "/abs/path.py:line" of the user's call
     stack: list[str]  # "model": the user's frames, innermost first
     stages: list[dict]  # fit/loop: its tf.data pipeline, source first (hook.stage_names.describe + "site",
-    # "method" (the call that made it), "calls", "callers", "deterministic", "elements", "element_bytes")
+    # "method" (the call that made it), "calls", "callers", "deterministic", "elements", "element_bytes"; a
+    # stage a library made: "made_in", the job's call of that library function, and "made_by", its name)
     given: list[str]  # compile: the speed arguments it was given (run_eagerly, jit_compile, steps_per_execution)
     input: str  # fit without a dataset: the type of its x
     losses: list[float]  # fit_losses: the fit's per-epoch training loss (History)
