@@ -169,3 +169,14 @@ def test_a_pipeline_a_library_function_made_is_cached_where_the_job_calls_it():
     shuffled = [dict(SLICES, **made), dict(stage("Shuffle", 0, "_ShuffleDataset"), **made), dict(DECODE, **made)]
     refused = fixes(plan([input_bound({"stage": "Map", "location": "train.py:3"})], sites(shuffled)))["cache"]
     assert isinstance(refused, Refusal) and "random Shuffle" in refused.why
+
+
+def test_a_retraced_function_gets_reduce_retracing_and_one_made_anew_each_time_is_refused():
+    retraced = Finding("retracing", "high", "traced 40 times",
+                       evidence={"traces": {"train_step (train.py:21)": 40}, "instances": 1})
+    edit = plan([retraced], sites([BATCH]))[0]
+    assert isinstance(edit, Edit) and edit.site == type(edit.site)(TRAIN, 21) and edit.fix == "reduce_retracing"
+    source = "import tensorflow as tf\n" + "\n" * 19 + "@tf.function\ndef train_step(x):\n    return x\n"
+    assert "@tf.function(reduce_retracing=True)\n" in edit.change(source, "tf")
+    anew = Finding("retracing", "high", "created anew", evidence={"traces": {"f (train.py:21)": 40}, "instances": 40})
+    assert isinstance(plan([anew], sites([BATCH]))[0], Refusal)

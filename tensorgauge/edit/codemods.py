@@ -191,7 +191,8 @@ def enclosing_function(source: str, line: int):
     cst = libcst_module()
     wrapper, positions = _positioned(source)
     found = [n for n in positions if isinstance(n, cst.FunctionDef)
-             and positions[n].start.line <= line <= positions[n].end.line]
+             and min([positions[n].start.line, *(positions[d].start.line for d in n.decorators)]) <= line
+             <= positions[n].end.line]  # a decorated function's code starts at its first decorator
     if not found:
         raise Refused(f"line {line} is not inside a function: put the training step in one to compile it")
     return wrapper, found[-1]

@@ -300,6 +300,27 @@ def xla_edits(finding: Finding, sites: RecordedSites) -> list[Planned]:
                                 "jit_compile=True removed from compile(): on a CPU the step is built without XLA")
 
 
+def retracing_edits(finding: Finding, sites: RecordedSites) -> list[Planned]:
+    traces = finding.evidence.get("traces") or {}
+    if not traces:
+        return []
+    if int(finding.evidence.get("instances") or 0) > sum(traces.values()) // 2:
+        return [Refusal(finding.id, "reduce_retracing", None, "each trace is a new tf.function: create it once, "
+                        "outside the loop that makes it (a move tensorgauge does not make)")]
+    named = next(iter(traces))
+    function, _, where = named.rpartition(" (")
+    base, _, line = where.rstrip(")").rpartition(":")
+    paths = sorted({p for p in sites.files if p.rsplit("/", 1)[-1] == base})
+    if len(paths) != 1 or not line.isdigit():
+        return [Refusal(finding.id, "reduce_retracing", None, f"the file of {named} is not among the files the "
+                        "run recorded" if not paths else f"{base} names {len(paths)} recorded files")]
+    site = Site(paths[0], int(line))
+    return [Edit(finding.id, "reduce_retracing", site, f"@tf.function(reduce_retracing=True) on {function} "
+                 f"({_short(site)}): shapes that vary are traced once as a general signature", "equal",
+                 lambda src, tf: codemods.set_decorator_keyword(src, site.line, (f"{tf}.function",),
+                                                                "reduce_retracing", "True"))]
+
+
 def predict_edits(finding: Finding, sites: RecordedSites) -> list[Planned]:
     predicts = sites.sites("predict")
     if len(set(predicts)) != 1:
@@ -343,7 +364,9 @@ def plan(findings: list[Finding], sites: RecordedSites, split: dict | None = Non
             out += xla_edits(finding, sites)
         elif finding.id == "predict_in_loop":
             out += predict_edits(finding, sites)
+        elif finding.id == "retracing":
+            out += retracing_edits(finding, sites)
     return out
 
 
-CODE_FINDINGS = ("input_bound", "small_batch", "eager_execution", "xla_on_cpu", "predict_in_loop")
+CODE_FINDINGS = ("input_bound", "small_batch", "eager_execution", "xla_on_cpu", "predict_in_loop", "retracing")
