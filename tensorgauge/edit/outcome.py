@@ -60,9 +60,11 @@ def _median(values: list[float | None]) -> float | None:
     return statistics.median(kept) if kept else None
 
 
-def _side(reruns: list[Rerun]) -> dict:
+def _side(reruns: list[Rerun], steps_per_call: int = 1) -> dict:
+    """Medians of the reruns; a step is one training step (a call of N steps counted as N)."""
+    step = _median([r.step_seconds for r in reruns])
     return {"training_seconds": _round(_median([r.training_seconds for r in reruns])),
-            "step_seconds_p50": _round(_median([r.step_seconds for r in reruns]), 6),
+            "step_seconds_p50": _round(step / steps_per_call if step is not None else None, 6),
             "runs": len(reruns)}
 
 
@@ -102,7 +104,7 @@ def _span(reruns: list[Rerun]) -> str:
 
 def judge(edit: Edit, before: list[Rerun], after: list[Rerun]) -> Verified:
     """The fix's outcome over paired reruns (the same count before and after, interleaved)."""
-    verified = Verified(edit, _side(before), _side(after), runs=[r.run_id for r in before + after])
+    verified = Verified(edit, _side(before), _side(after, edit.steps_per_call), runs=[r.run_id for r in before + after])
     failed = [r for r in before + after if r.exit_code not in (0, None)]
     if failed:
         verified.why = f"a rerun failed (run {failed[0].run_id}, exit {failed[0].exit_code})"
@@ -132,7 +134,8 @@ def judge_patch(edits: list[Edit], before: list[Rerun], after: list[Rerun]) -> V
     finding they fix gone or not, the losses held to the loosest tolerance among them."""
     numbers: Numbers = "close" if any(e.numbers == "close" for e in edits) else "equal"
     together = judge(Edit(",".join(dict.fromkeys(e.finding for e in edits)), "patch", edits[0].site,
-                          "the fixes that paid, together", numbers, edits[0].change), before, after)
+                          "the fixes that paid, together", numbers, edits[0].change,
+                          steps_per_call=max(e.steps_per_call for e in edits)), before, after)
     findings = {e.finding for e in edits}
     together.finding_gone = all(not findings & {f.id for f in r.findings} for r in after)
     return together

@@ -44,6 +44,7 @@ class Edit:
     change: Callable[[str, str], str]  # (the file's source, its name for tensorflow) -> the source edited
     note: str | None = None
     needs_tf: bool = False  # the edit names tensorflow: an import is added where the file has none
+    steps_per_call: int = 1  # steps_per_execution=N: a step the tool times with it is N training steps
 
 
 @dataclass
@@ -263,7 +264,8 @@ def small_batch_edits(finding: Finding, sites: RecordedSites) -> list[Planned]:
         return [site]
     return [Edit(finding.id, "steps_per_execution", site, f"compile(..., steps_per_execution={n}): fit dispatches "
                  f"{n} steps per call from Python", "close",
-                 _plain(lambda src: codemods.set_keyword(src, site.line, ("compile",), "steps_per_execution", str(n))))]
+                 _plain(lambda src: codemods.set_keyword(src, site.line, ("compile",), "steps_per_execution", str(n))),
+                 steps_per_call=n)]
 
 
 def _remove_compile_flag(finding: Finding, sites: RecordedSites, flag: str, fix: str, summary: str) -> list[Planned]:
