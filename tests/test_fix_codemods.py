@@ -147,6 +147,8 @@ def test_an_import_is_added_after_the_last_import_only_where_missing():
     assert changed_lines(source, after) == ["+import tensorflow as tf"]
     assert after.index("import keras") < after.index("import tensorflow as tf") < after.index("x = 1")
     assert codemods.ensure_import("import tensorflow\n", "tensorflow", "tf") == ("import tensorflow\n", "tensorflow")
+    compound = "class Data:\n    pass\n\nimport tensorflow as tf2\n"  # compound statements before it: looked past
+    assert codemods.module_alias(compound, "tensorflow") == "tf2"
 
 
 def test_a_dataloader_gets_workers_kept_across_epochs():

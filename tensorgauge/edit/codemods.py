@@ -235,7 +235,7 @@ def module_alias(source: str, module: str) -> str | None:
     cst = libcst_module()
     tree = cst.parse_module(source)
     for statement in tree.body:
-        for small in getattr(statement, "body", ()):
+        for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
             if isinstance(small, cst.Import):
                 for alias in small.names:
                     if code_of(alias.name) == module:
