@@ -209,3 +209,12 @@ def test_a_step_in_its_own_function_is_decorated_and_one_holding_the_loop_is_not
     assert "            loss_value = train_step(x, y)\n" in after
     with pytest.raises(Refused, match="in no loop and no function"):
         compile_step("g = tape.gradient(l, w)\n", 1)
+
+
+def test_clear_session_becomes_the_first_statement_of_the_loop_building_models():
+    source = "import keras\n\nfor units in (8, 16):\n    # a fresh model\n    model = build(units)\n    model.fit(x, y)\n"
+    after = codemods.first_in_loop(source, 5, "keras.backend.clear_session()")
+    assert after == ("import keras\n\nfor units in (8, 16):\n    # a fresh model\n    keras.backend.clear_session()\n"
+                     "    model = build(units)\n    model.fit(x, y)\n")
+    with pytest.raises(Refused, match="already begins"):
+        codemods.first_in_loop(after, 6, "keras.backend.clear_session()")

@@ -136,6 +136,16 @@ def test_a_gain_inside_the_reruns_spread_does_not_pay():
     assert noisy.gain > 1.05 and not noisy.pays and "within the spread" in noisy.why and "3.00-4.20 s" in noisy.why
 
 
+def test_a_memory_fix_is_judged_by_the_memory_peak():
+    memory = Edit("models_not_cleared", "clear_session", None, "", "equal", lambda s, tf: s,  # type: ignore[arg-type]
+                  pays_in="memory")
+    before = [Rerun("b", 4.0, 0.01, [Finding("models_not_cleared", "low", "m")], [[0.5]], 0, 900 << 20)]
+    less = judge(memory, before, [Rerun("a", 4.1, 0.01, [], [[0.5]], 0, 600 << 20)])
+    assert less.pays and less.gain == pytest.approx(1.5) and less.finding_gone and less.after["rss_peak_bytes"] == 600 << 20
+    same = judge(memory, before, [Rerun("a", 3.0, 0.01, [], [[0.5]], 0, 890 << 20)])
+    assert not same.pays and "memory peak 0.99x" in same.why
+
+
 def test_losses_not_seen_are_said_so():
     assert compare_losses([], [[0.5]], "equal") == (None, "not compared: the fits' losses were not recorded "
                                                           "(a custom loop's are not visible)")

@@ -101,7 +101,7 @@ class Reruns:
                 raise TensorgaugeError(f"the rerun '{label}' recorded no run ({exc})") from None
         seconds, step = training(report.phases)
         return Rerun(report.record.run_id, seconds, step, report.findings, read_sites(report.events).losses,
-                     report.record.exit_code)
+                     report.record.exit_code, report.summary.rss_peak_bytes)
 
 
 def rerun_pairs(reruns: Reruns, proposals: list[Proposal], originals: dict[str, str], repeat: int

@@ -278,3 +278,27 @@ def predict_to_call(source: str, line: int) -> str:
     return _replace(wrapper, call, lambda node: cst.parse_expression(text).with_changes(lpar=node.lpar,
                                                                                         rpar=node.rpar))
 
+
+
+def first_in_loop(source: str, line: int, statement: str) -> str:
+    """``statement`` made the first of the body of the innermost loop holding ``line`` (a model built in a
+    loop: ``keras.backend.clear_session()`` before each), unless that body begins with it already."""
+    cst = libcst_module()
+    wrapper, positions = _positioned(source)
+    loops = [n for n in positions if isinstance(n, (cst.For, cst.While))
+             and positions[n].start.line <= line <= positions[n].end.line]
+    if not loops:
+        raise Refused(f"line {line} is in no loop")
+    loop = loops[-1]
+    added = cst.parse_statement(f"{statement}\n")
+    if loop.body.body and code_of(loop.body.body[0].with_changes(leading_lines=[])).strip() == statement:
+        raise Refused(f"the loop already begins with {statement}")
+
+    def first(node):
+        body = list(node.body.body)
+        lines = list(body[0].leading_lines) if body else []
+        body[0] = body[0].with_changes(leading_lines=[])
+        return node.with_changes(body=node.body.with_changes(body=[added.with_changes(leading_lines=lines),
+                                                                   *body]))
+
+    return _replace(wrapper, loop, first)

@@ -25,6 +25,7 @@ class Rerun:
     findings: list[Finding]
     losses: list[list[float]]  # each fit's per-epoch losses
     exit_code: int | None
+    rss_peak_bytes: int | None = None
 
 
 def training(phases: list[Phase]) -> tuple[float | None, float | None]:
@@ -109,6 +110,8 @@ def judge(edit: Edit, before: list[Rerun], after: list[Rerun]) -> Verified:
     if failed:
         verified.why = f"a rerun failed (run {failed[0].run_id}, exit {failed[0].exit_code})"
         return verified
+    if edit.pays_in == "memory":
+        return _judge_memory(verified, before, after)
     gains = [b.training_seconds / a.training_seconds for b, a in zip(before, after)
              if b.training_seconds and a.training_seconds]
     verified.gain = statistics.median(gains) if gains else None
@@ -124,6 +127,25 @@ def judge(edit: Edit, before: list[Rerun], after: list[Rerun]) -> Verified:
                         f"({len(before)} pairs; a fix pays when its slowest rerun is faster than the fastest without)")
     elif verified.training_unchanged is False:
         verified.why = f"it changes the training: {verified.training_why}"
+    else:
+        verified.pays = True
+    return verified
+
+
+def _judge_memory(verified: Verified, before: list[Rerun], after: list[Rerun]) -> Verified:
+    """A memory fix pays when the job's memory peak is at least 5% lower (medians of the pairs)."""
+    peaks = [(b.rss_peak_bytes, a.rss_peak_bytes) for b, a in zip(before, after) if b.rss_peak_bytes
+             and a.rss_peak_bytes]
+    verified.before["rss_peak_bytes"] = _median([float(b) for b, _ in peaks]) if peaks else None
+    verified.after["rss_peak_bytes"] = _median([float(a) for _, a in peaks]) if peaks else None
+    verified.gain = statistics.median(b / a for b, a in peaks) if peaks else None  # how many times less memory
+    verified.finding_gone = all(verified.edit.finding not in {f.id for f in r.findings} for r in after)
+    verified.training_unchanged, verified.training_why = compare_losses(before[0].losses, after[0].losses,
+                                                                        verified.edit.numbers)
+    if verified.gain is None:
+        verified.why = "no memory peak was read in the reruns"
+    elif verified.gain < PAYS:
+        verified.why = f"it does not pay: the memory peak {1 / verified.gain:.2f}x of what it was (not 5% lower)"
     else:
         verified.pays = True
     return verified

@@ -45,6 +45,7 @@ class Edit:
     note: str | None = None
     needs_tf: bool = False  # the edit names tensorflow: an import is added where the file has none
     steps_per_call: int = 1  # steps_per_execution=N: a step the tool times with it is N training steps
+    pays_in: Literal["time", "memory"] = "time"  # what --verify judges it by: training time, or the memory peak
 
 
 @dataclass
@@ -323,6 +324,25 @@ def retracing_edits(finding: Finding, sites: RecordedSites) -> list[Planned]:
                                                                 "reduce_retracing", "True"))]
 
 
+def clear_session_edits(finding: Finding, sites: RecordedSites) -> list[Planned]:
+    """``clear_session()`` first in the loop that builds the models: the outermost user frame of a model's
+    construction that is in a loop (the construction itself, or the call of the helper that builds it)."""
+    stacks = [data.get("stack") or [] for _, data in sites.calls.get("model", [])]
+    frames = list(dict.fromkeys(Site.parse(f) for stack in stacks for f in reversed(stack)))
+    if not frames:
+        return [Refusal(finding.id, "clear_session", None, "the run recorded no site where the models are built")]
+    site = next(f for f in frames if f is not None)
+
+    def change(source: str, tf: str) -> str:
+        keras = codemods.module_alias(source, "keras")
+        call = f"{keras}.backend.clear_session()" if keras else f"{tf}.keras.backend.clear_session()"
+        return codemods.first_in_loop(source, site.line, call)
+
+    return [Edit(finding.id, "clear_session", site, f"keras.backend.clear_session() first in the loop that builds "
+                 f"the models ({_short(site)}): each model's graph and state is let go before the next", "equal",
+                 change, needs_tf=True, pays_in="memory")]
+
+
 def predict_edits(finding: Finding, sites: RecordedSites) -> list[Planned]:
     predicts = sites.sites("predict")
     if len(set(predicts)) != 1:
@@ -368,7 +388,10 @@ def plan(findings: list[Finding], sites: RecordedSites, split: dict | None = Non
             out += predict_edits(finding, sites)
         elif finding.id == "retracing":
             out += retracing_edits(finding, sites)
+        elif finding.id == "models_not_cleared":
+            out += clear_session_edits(finding, sites)
     return out
 
 
-CODE_FINDINGS = ("input_bound", "small_batch", "eager_execution", "xla_on_cpu", "predict_in_loop", "retracing")
+CODE_FINDINGS = ("input_bound", "small_batch", "eager_execution", "xla_on_cpu", "predict_in_loop", "retracing",
+                 "models_not_cleared")

@@ -12,7 +12,7 @@ from rich.syntax import Syntax
 from tensorgauge.edit.outcome import Verified
 from tensorgauge.edit.patch import Patch
 from tensorgauge.edit.plan import Edit
-from tensorgauge.units import format_seconds
+from tensorgauge.units import format_bytes, format_seconds
 
 FIX_SCHEMA = "tensorgauge.fix/1"
 
@@ -32,6 +32,9 @@ def _verified_text(v: Verified) -> str:
         runs = v.before.get("runs", 1)
         parts.append(f"training {format_seconds(before)} -> {format_seconds(after)}"
                      + (f" ({v.gain:.2f}x)" if v.gain else "") + (f", medians of {runs} pairs" if runs > 1 else ""))
+    peak_b, peak_a = v.before.get("rss_peak_bytes"), v.after.get("rss_peak_bytes")
+    if peak_b and peak_a:
+        parts.append(f"memory peak {format_bytes(peak_b)} -> {format_bytes(peak_a)}")
     if step_b is not None and step_a is not None:
         parts.append(f"step {format_seconds(step_b)} -> {format_seconds(step_a)}")
     if v.finding_gone is not None:
