@@ -121,6 +121,7 @@ def case(folder: Path, repeat: int) -> dict:
     if verify.returncode != 0:
         raise SystemExit(f"{folder.name}: fix --verify failed: {verify.stderr[-400:]}")
     doc = json.loads(verify.stdout)
+    (folder / "fix.json").write_text(json.dumps(doc, indent=1))  # what fix --verify said, in full
     proposed = [f for f in doc["fixes"] if not f["refused"]]
     together = doc.get("patch_verified") or next((f["verified"] for f in proposed if f["verified"]
                                                   and f["verified"]["pays"]), None)
@@ -132,14 +133,20 @@ def case(folder: Path, repeat: int) -> dict:
     bare_gain = statistics.median(training_seconds(r, imports) for r in before) / \
         statistics.median(training_seconds(r, imports) for r in after)
     verified_gain = together["gain"] if together else None
-    return {"case": folder.name, "fixes": [f"{f['fix']} ({'pays' if f['verified'] and f['verified']['pays'] else 'left out'}"
-                                           f" {f['verified']['gain'] if f['verified'] else '-'}x)" for f in proposed],
+    return {"case": folder.name, "fixes": [_verdict(f) for f in proposed],
             "refused": [f"{f['fix']}: {f['why']}" for f in doc["fixes"] if f["refused"]],
             "verified_gain": verified_gain, "bare_gain": round(bare_gain, 3),
             "ratio": round(verified_gain / bare_gain, 3) if verified_gain else None,
             "finding_gone": together["finding_gone"] if together else None,
             "training_unchanged": together["training_unchanged"] if together else None,
             "bare_losses_equal": before[0]["losses"] == after[0]["losses"] if before[0]["fits"] else None}
+
+
+def _verdict(fix: dict) -> str:
+    checked = fix["verified"] or {}
+    if checked.get("pays"):
+        return f"{fix['fix']} (pays, {checked['gain']}x)"
+    return f"{fix['fix']} (left out, {checked.get('gain')}x: {checked.get('why')})"
 
 
 def main() -> int:

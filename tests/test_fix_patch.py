@@ -134,6 +134,9 @@ def test_a_gain_inside_the_reruns_spread_does_not_pay():
     noisy = judge(edit(), [rerun(4.0, [0.5]), rerun(3.0, [0.5]), rerun(4.2, [0.5])],
                   [rerun(3.5, [0.5]), rerun(3.2, [0.5]), rerun(3.9, [0.5])])
     assert noisy.gain > 1.05 and not noisy.pays and "within the spread" in noisy.why and "3.00-4.20 s" in noisy.why
+    outlier = judge(edit(), [rerun(4.0, [0.5]), rerun(3.0, [0.5]), rerun(4.2, [0.5])],  # the second pair slow alike
+                    [rerun(3.0, [0.5]), rerun(2.9, [0.5]), rerun(3.1, [0.5])])
+    assert outlier.pays
 
 
 def test_a_memory_fix_is_judged_by_the_memory_peak():

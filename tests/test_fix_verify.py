@@ -72,15 +72,20 @@ def test_an_input_bound_run_is_patched_verified_applied_and_then_has_nothing_lef
     assert "applied already" in again.stdout and ".cache()" not in again.stdout.split("applied already")[0]
 
 
-def test_a_run_eagerly_fit_loses_run_eagerly_and_its_finding(store_path, tg_cmd, job):
+def test_a_run_eagerly_fit_loses_run_eagerly_and_its_finding_on_reruns_cut_at_20_steps(store_path, tg_cmd, job):
     recorded(tg_cmd, job, "eager", "--eager")
-    doc = fixes(tg_cmd, job, "eager", "--verify")
+    doc = fixes(tg_cmd, job, "eager", "--verify", "--steps", "20")
     [edit] = [f for f in doc["fixes"] if not f["refused"]]
     assert edit["fix"] == "no_run_eagerly" and edit["where"] == "train.py:37"
     assert '+    model.compile(optimizer="sgd", loss="mse")\n' in edit["diff"]
     check = edit["verified"]
     assert check["finding_gone"] is True  # the rerun's fit ran a graph: no eager_execution
     assert check["training_unchanged"] is True, check["training_why"]  # within the stated tolerance
+    assert "1 epoch losses" in check["training_why"]  # the fit cut in its first epoch, on both sides
+    for run_id in check["runs"]:
+        shown = json.loads(tg(tg_cmd, "show", run_id, "--json", cwd=job).stdout)
+        assert [p["steps"] for p in shown["phases"] if p["kind"] == "fit"] == [20]
+        assert shown["exit_code"] == 0
 
 
 def test_a_file_changed_since_the_run_is_refused_and_left_as_it_is(store_path, tg_cmd, job):
