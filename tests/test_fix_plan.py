@@ -180,3 +180,9 @@ def test_a_retraced_function_gets_reduce_retracing_and_one_made_anew_each_time_i
     assert "@tf.function(reduce_retracing=True)\n" in edit.change(source, "tf")
     anew = Finding("retracing", "high", "created anew", evidence={"traces": {"f (train.py:21)": 40}, "instances": 40})
     assert isinstance(plan([anew], sites([BATCH]))[0], Refusal)
+
+
+def test_an_input_bound_fit_on_arrays_says_what_it_does_not_write():
+    events = [Event(t=1.0, pid=1, kind=Kind.CODE_SITES, data={"call": "fit", "site": f"{TRAIN}:86", "input": "ndarray"})]
+    [refusal] = plan([input_bound()], read_sites(events))
+    assert isinstance(refusal, Refusal) and refusal.why.startswith("fit is given ndarray at train.py:86")

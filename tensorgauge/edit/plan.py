@@ -233,6 +233,12 @@ def cache_edit(finding: Finding, stages: list[dict], costly: int | None, split: 
 def input_edits(finding: Finding, sites: RecordedSites, split: dict | None, memory_bytes: int | None) -> list[Planned]:
     pipelines = [p for p in sites.pipelines if p.stages]
     if not pipelines:
+        fits = sites.calls.get("fit", [])
+        if fits:
+            site, data = fits[0]
+            return [Refusal(finding.id, "input", site, f"fit is given {data.get('input', 'arrays')} at {_short(site)}, "
+                            "not a tf.data pipeline: rebuilding the input as one is a change tensorgauge does not "
+                            "write")]
         return [Refusal(finding.id, "input", None, "the run recorded no pipeline the job's code built")]
     pipeline = next((p for p in pipelines if p.consumer == "fit"), pipelines[0])
     stages = pipeline.stages
