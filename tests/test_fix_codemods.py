@@ -218,3 +218,15 @@ def test_clear_session_becomes_the_first_statement_of_the_loop_building_models()
                      "    model = build(units)\n    model.fit(x, y)\n")
     with pytest.raises(Refused, match="already begins"):
         codemods.first_in_loop(after, 6, "keras.backend.clear_session()")
+
+
+def test_a_thread_limit_call_is_removed_and_a_block_keeps_a_statement():
+    source = ("import tensorflow as tf\n\ntf.config.threading.set_intra_op_parallelism_threads(1)  # speed?\n"
+              "if small:\n    tf.config.threading.set_inter_op_parallelism_threads(1)\nx = 1\n")
+    after = codemods.remove_call_statement(source, 3, ("set_intra_op_parallelism_threads",))
+    assert changed_lines(source, after) == ["-tf.config.threading.set_intra_op_parallelism_threads(1)  # speed?"]
+    inner = codemods.remove_call_statement(source, 5, ("set_inter_op_parallelism_threads",))
+    assert changed_lines(source, inner) == ["-    tf.config.threading.set_inter_op_parallelism_threads(1)", "+    pass"]
+    with pytest.raises(Refused, match="larger statement"):
+        codemods.remove_call_statement("n = t.set_intra_op_parallelism_threads(1)\n", 1,
+                                       ("set_intra_op_parallelism_threads",))

@@ -154,7 +154,7 @@ def test_a_custom_loop_running_eagerly_gets_tf_function_at_its_gradient_site():
 
 def test_findings_whose_fix_is_not_code_propose_nothing():
     findings = [Finding("startup_dominated", "low", "start-up"), Finding("memory_growth", "moderate", "grows"),
-                Finding("thread_limited", "high", "threads", evidence={"TF_NUM_INTRAOP_THREADS": "1"})]
+                Finding("cpu_oversubscribed", "high", "threads", evidence={"runnable_threads_median": 6})]
     assert plan(findings, sites([SLICES, DECODE, BATCH])) == []
 
 
@@ -186,3 +186,12 @@ def test_an_input_bound_fit_on_arrays_says_what_it_does_not_write():
     events = [Event(t=1.0, pid=1, kind=Kind.CODE_SITES, data={"call": "fit", "site": f"{TRAIN}:86", "input": "ndarray"})]
     [refusal] = plan([input_bound()], read_sites(events))
     assert isinstance(refusal, Refusal) and refusal.why.startswith("fit is given ndarray at train.py:86")
+
+
+def test_a_thread_limit_the_code_sets_is_removed_and_one_from_the_environment_refused():
+    limited = Finding("thread_limited", "high", "held to 1 of 2", evidence={"intra_op_threads": 1})
+    recorded = sites([BATCH], set_intra_op_parallelism_threads=[(5, {})])
+    [edit] = plan([limited], recorded)
+    assert isinstance(edit, Edit) and edit.site.line == 5 and edit.fix == "thread_pools"
+    [refusal] = plan([limited], sites([BATCH]))
+    assert isinstance(refusal, Refusal) and "environment variable" in refusal.why

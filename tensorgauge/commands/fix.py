@@ -113,7 +113,7 @@ def _verify_together(patch, reruns, before: list, repeat: int):
 VERB = "fix"
 HELP = "write a run's code-level findings as a patch to the job's code (--verify: rerun and time it)"
 DESCRIPTION = ("Turns each finding whose fix is a code change (input_bound, small_batch, eager_execution, "
-               "retracing, xla_on_cpu, predict_in_loop) into an edit of the job's own files at the call site the run "
+               "retracing, xla_on_cpu, thread_limited, models_not_cleared, predict_in_loop) into an edit of the job's own files at the call site the run "
                "recorded, and prints it as a unified diff. --verify reruns the job with each fix alone and keeps "
                "only those that pay without changing the training as they must not; --apply writes the patch.")
 USES_STORE = True
@@ -132,7 +132,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "reruns per fix, their medians compared (default 1)")
     p.add_argument("--only", action="append", metavar="FIX", help="only this fix (prefetch, parallel_map, cache, "
                    "steps_per_execution, no_run_eagerly, tf_function, reduce_retracing, no_jit, direct_call, "
-                   "loader_workers); "
+                   "clear_session, thread_pools, loader_workers); "
                    "may be repeated")
     p.add_argument("--json", nargs="?", const="-", metavar="PATH", help="the tensorgauge.fix/1 document, to "
                    "stdout or PATH")

@@ -302,3 +302,28 @@ def first_in_loop(source: str, line: int, statement: str) -> str:
                                                                    *body]))
 
     return _replace(wrapper, loop, first)
+
+
+def remove_call_statement(source: str, line: int, names: tuple[str, ...]) -> str:
+    """The statement on ``line`` that is only a call of ``names`` removed (a ``pass`` left where it was a block's
+    only statement)."""
+    cst = libcst_module()
+    wrapper, call = one_call(source, line, names)
+    parents = wrapper.resolve(cst.metadata.ParentNodeProvider)
+    expression = parents[call]
+    statement = parents.get(expression)
+    if not isinstance(expression, cst.Expr) or not isinstance(statement, cst.SimpleStatementLine) \
+            or len(statement.body) != 1:
+        raise Refused(f"the call on line {line} is part of a larger statement: left as it is")
+    block = parents[statement]
+
+    def removed(node):  # the block without the statement, its comments and blank lines kept for the next one
+        body = list(node.body)
+        at = [i for i, b in enumerate(body) if b.deep_equals(statement)][0]
+        lines = list(body[at].leading_lines)
+        del body[at]
+        if at < len(body):
+            body[at] = body[at].with_changes(leading_lines=[*lines, *body[at].leading_lines])
+        return node.with_changes(body=body or [cst.SimpleStatementLine(body=[cst.Pass()], leading_lines=lines)])
+
+    return _replace(wrapper, block, removed)

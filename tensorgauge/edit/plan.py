@@ -349,6 +349,32 @@ def clear_session_edits(finding: Finding, sites: RecordedSites) -> list[Planned]
                  change, needs_tf=True, pays_in="memory")]
 
 
+THREAD_SETTERS = {"intra_op_threads": "set_intra_op_parallelism_threads",
+                  "inter_op_threads": "set_inter_op_parallelism_threads"}
+
+
+def _removing(line: int, name: str) -> Callable[[str, str], str]:
+    return lambda source, tf: codemods.remove_call_statement(source, line, (name,))
+
+
+def thread_edits(finding: Finding, sites: RecordedSites) -> list[Planned]:
+    """The ``tf.config.threading`` call that holds TensorFlow below the CPUs allowed, removed; a limit set by the
+    environment or the affinity mask is not the code's."""
+    out: list[Planned] = []
+    for limit, setter in THREAD_SETTERS.items():
+        if limit not in finding.evidence:
+            continue
+        for site in dict.fromkeys(sites.sites(setter)):
+            out.append(Edit(finding.id, "thread_pools", site, f"tf.config.threading.{setter}(...) removed "
+                            f"({_short(site)}): TensorFlow sizes its pool to the CPUs allowed", "close",
+                            _removing(site.line, setter)))
+    if not out:
+        out.append(Refusal(finding.id, "thread_pools", None, "the limit is not set by a tf.config.threading call in "
+                           "the job's code (an environment variable or the affinity mask): unset it where the job "
+                           "is started"))
+    return out
+
+
 def predict_edits(finding: Finding, sites: RecordedSites) -> list[Planned]:
     predicts = sites.sites("predict")
     if len(set(predicts)) != 1:
@@ -396,8 +422,10 @@ def plan(findings: list[Finding], sites: RecordedSites, split: dict | None = Non
             out += retracing_edits(finding, sites)
         elif finding.id == "models_not_cleared":
             out += clear_session_edits(finding, sites)
+        elif finding.id == "thread_limited":
+            out += thread_edits(finding, sites)
     return out
 
 
 CODE_FINDINGS = ("input_bound", "small_batch", "eager_execution", "xla_on_cpu", "predict_in_loop", "retracing",
-                 "models_not_cleared")
+                 "models_not_cleared", "thread_limited")

@@ -294,6 +294,10 @@ def _patch_tensorflow(tf) -> None:
     if dataset_class() is not None:
         patch_datasets(dataset_class())
     wrap_once(tf.GradientTape, "gradient", _call_sited("gradient", tf.executing_eagerly), by=FEATURE, inherited=True)
+    threading = getattr(getattr(tf, "config", None), "threading", None)
+    for name in ("set_intra_op_parallelism_threads", "set_inter_op_parallelism_threads"):
+        if threading is not None:
+            wrap_once(threading, name, _call_sited(name), by=FEATURE)
 
 
 LOADER_ARGUMENTS = ("num_workers", "persistent_workers", "batch_size")

@@ -582,6 +582,7 @@ class FitInput(Common, total=False):
 
 class CodeSites(Common, total=False):
     call: str  # "fit"/"loop" (a pipeline read), "compile", "predict", "gradient" (eager), "model", "dataloader",
+    # "set_intra_op_parallelism_threads", "set_inter_op_parallelism_threads",
     # "fit_losses"
     site: str | None  # "/abs/path.py:line" of the user's call
     stack: list[str]  # "model": the user's frames, innermost first
